@@ -1,0 +1,32 @@
+"""eqsat: optimize tensor programs by equality saturation (egglog), run them with JAX."""
+
+from eqsat.api import OptimizeResult, Report, optimize
+from eqsat.cost import CostModel, Flops, NodeCount
+from eqsat.errors import EqsatError, MiscompileError, ParseError, ShapeError, UnsupportedError
+from eqsat.frontend.builder import Builder
+from eqsat.frontend.pir import load, parse_pir
+from eqsat.ir import Op, Program, TensorType, Value, parse_program
+from eqsat.saturate import Limits
+
+__all__ = [
+    "Builder",
+    "CostModel",
+    "EqsatError",
+    "Flops",
+    "Limits",
+    "MiscompileError",
+    "NodeCount",
+    "Op",
+    "OptimizeResult",
+    "ParseError",
+    "Program",
+    "Report",
+    "ShapeError",
+    "TensorType",
+    "UnsupportedError",
+    "Value",
+    "load",
+    "optimize",
+    "parse_pir",
+    "parse_program",
+]

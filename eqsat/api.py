@@ -1,0 +1,122 @@
+"""The Python API: ``optimize`` a Program, get an ``OptimizeResult`` with the program, report and JAX fn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import jax
+
+from eqsat.cost import CostModel, get_cost_model
+from eqsat.egraph import Serialized, decode, encode, new_egraph
+from eqsat.extract import greedy_dag
+from eqsat.ir import Program
+from eqsat.rules import Rule, select
+from eqsat.saturate import Iteration, Limits, SaturationReport, install, saturate
+
+
+@dataclass
+class Report:
+    """What optimization did: saturation per iteration, rules fired, costs and where the time went."""
+
+    saturation: SaturationReport
+    cost_model: str
+    cost_before: float
+    cost_after: float
+    timings: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def stop_reason(self) -> str:
+        return self.saturation.stop_reason
+
+    @property
+    def saturated(self) -> bool:
+        return self.saturation.saturated
+
+    @property
+    def rules_fired(self) -> dict[str, int]:
+        return self.saturation.rules_fired()
+
+    def __str__(self) -> str:
+        sat = self.saturation
+        last = sat.iterations[-1] if sat.iterations else None
+        lines = [
+            f"saturation: {len(sat.iterations)} iterations, stopped: {sat.stop_reason}"
+            + (f", {last.nodes} e-nodes in {last.classes} e-classes" if last else ""),
+            f"cost ({self.cost_model}): {self.cost_before:.6g} -> {self.cost_after:.6g}",
+            "rules fired: " + (", ".join(f"{k} x{v}" for k, v in sorted(self.rules_fired.items())) or "none"),
+            "time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items()),
+        ]
+        if self.note:
+            lines.append(f"note: {self.note}")
+        return "\n".join(lines)
+
+
+@dataclass
+class OptimizeResult:
+    """The optimized ``program``, the ``original``, the ``report``, and ``fn``: the jitted program."""
+
+    program: Program
+    original: Program
+    report: Report
+
+    @cached_property
+    def fn(self) -> Callable[..., Any]:
+        from eqsat.lowering import lower
+
+        return jax.jit(lower(self.program))
+
+
+def optimize(
+    program: Program,
+    rules: Iterable[Rule | str] | None = None,
+    cost: str | CostModel | Callable[..., float] = "flops",
+    limits: Limits | None = None,
+    progress: Callable[[Iteration], None] | None = None,
+    verify: bool = False,
+) -> OptimizeResult:
+    """Saturate ``program`` with ``rules`` (all by default; or themes/names), extract the cheapest under
+    ``cost`` and return it. Within ``limits``, the best program found so far is returned; if that is
+    not cheaper than the input, the input is returned unchanged. With ``verify``, both programs run on
+    random inputs and a difference raises :class:`eqsat.MiscompileError`.
+    """
+    model = get_cost_model(cost)
+    chosen = _resolve_rules(rules)
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    enc = encode(program)
+    egraph = new_egraph()
+    egraph.parse_and_run_program(enc.commands)
+    install(egraph, chosen)
+    timings["encode"] = time.perf_counter() - t
+    sat = saturate(egraph, limits or Limits(), progress)
+    timings["saturate"] = sat.seconds
+    t = time.perf_counter()
+    graph = Serialized(egraph.serialize([]).to_json())
+    best = decode(graph, enc, greedy_dag(graph, model), program)
+    timings["extract"] = time.perf_counter() - t
+    before, after = model.program_cost(program), model.program_cost(best)
+    note = ""
+    if after > before:
+        best, after, note = program, before, "extraction found nothing cheaper; the input is returned"
+    report = Report(sat, model.name, before, after, timings, note)
+    if verify:
+        from eqsat.verify import validate
+
+        t = time.perf_counter()
+        validate(program, best, rules_fired=sorted(report.rules_fired))
+        timings["verify"] = time.perf_counter() - t
+    return OptimizeResult(best, program, report)
+
+
+def _resolve_rules(rules: Iterable[Rule | str] | None) -> list[Rule]:
+    if rules is None:
+        return select()
+    out: list[Rule] = []
+    for r in rules:
+        out.extend(select([r]) if isinstance(r, str) else [r])
+    return out

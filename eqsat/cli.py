@@ -1,0 +1,145 @@
+"""The ``eqsat`` command line: optimize, show, rules, demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pir"
+
+
+def _limits(args: argparse.Namespace):
+    from eqsat.saturate import Limits
+
+    return Limits(max_iterations=args.max_iterations, max_nodes=args.max_nodes, timeout_s=args.timeout)
+
+
+def _progress(it) -> None:
+    fired = sum(it.matches.values())
+    print(
+        f"  iteration {it.index}: {it.nodes} e-nodes, {it.classes} e-classes, {fired} matches, "
+        f"{it.seconds * 1e3:.1f} ms",
+        file=sys.stderr,
+    )
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    import eqsat
+
+    program = eqsat.load(args.file)
+    rules = args.rules.split(",") if args.rules else None
+    result = eqsat.optimize(
+        program,
+        rules=rules,
+        cost=args.cost,
+        limits=_limits(args),
+        progress=_progress if args.verbose else None,
+        verify=args.verify,
+    )
+    if not args.quiet:
+        print("== before\n" + str(program))
+        print("== after\n" + str(result.program))
+    print("== report\n" + str(result.report))
+    if args.output:
+        Path(args.output).write_text(str(result.program) + "\n")
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    import eqsat
+
+    program = eqsat.load(args.file)
+    print(program)
+    print("ops: " + ", ".join(f"{k} x{v}" for k, v in program.op_counts().items()))
+    return 0
+
+
+def _rules(args: argparse.Namespace) -> int:
+    from eqsat.rules import RULESETS
+
+    for theme, rules in RULESETS.items():
+        print(f"{theme}:")
+        for r in rules:
+            print(f"  {r.name:28} {r.reason}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import jax
+
+    import eqsat
+    from eqsat.lowering import lower
+
+    directory = Path(args.dir)
+    files = sorted(directory.glob("*_before.pir"))
+    if not files:
+        print(f"no *_before.pir files in {directory}", file=sys.stderr)
+        return 1
+    for path in files:
+        program = eqsat.load(path)
+        result = eqsat.optimize(program, verify=True)
+        before = jax.jit(lower(program))()
+        after = result.fn()
+        diff = max(
+            float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(before, after, strict=True)
+        )
+        print(f"== {path.name}")
+        print(f"ops before: {program.op_counts()}")
+        print(f"ops after:  {result.program.op_counts()}")
+        print(result.report)
+        print(f"JAX outputs before/after agree: max abs diff {diff:.3g}\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eqsat", description="Optimize tensor programs by equality saturation."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    opt = sub.add_parser(
+        "optimize", help="optimize a program (PIR dump or eqsat text) and print before/after"
+    )
+    opt.add_argument("file", help="a .pir dump or eqsat text file")
+    opt.add_argument("--rules", help="comma-separated themes or rule names (default: all)")
+    opt.add_argument("--cost", default="flops", help="cost model: nodes or flops (default: flops)")
+    opt.add_argument("--max-iterations", type=int, default=30, help="saturation iterations (default: 30)")
+    opt.add_argument("--max-nodes", type=int, default=20_000, help="e-node limit (default: 20000)")
+    opt.add_argument("--timeout", type=float, default=10.0, help="saturation time limit in s (default: 10)")
+    opt.add_argument("--verify", action="store_true", help="check original vs optimized on random inputs")
+    opt.add_argument("-o", "--output", help="write the optimized program (eqsat text) to this file")
+    opt.add_argument("-q", "--quiet", action="store_true", help="print the report only")
+    opt.add_argument("-v", "--verbose", action="store_true", help="print each saturation iteration")
+    opt.set_defaults(func=_optimize)
+
+    show = sub.add_parser("show", help="print a program in eqsat's text form")
+    show.add_argument("file")
+    show.set_defaults(func=_show)
+
+    rules = sub.add_parser("rules", help="list the rewrite rules by theme")
+    rules.set_defaults(func=_rules)
+
+    demo = sub.add_parser("demo", help="optimize the bundled PIR programs and check them in JAX")
+    demo.add_argument("--dir", default=str(EXAMPLES), help="folder of *_before.pir files")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from eqsat.errors import EqsatError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (EqsatError, OSError) as e:
+        print(f"eqsat: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

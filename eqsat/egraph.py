@@ -1,0 +1,315 @@
+"""Program <-> egglog: the schema derived from ``eqsat.ops``, the shape/dtype analyses, encoding, and
+the serialized e-graph that extraction works on.
+
+One egglog sort ``Tensor``, one constructor per canonical op (inputs first, then attributes as
+primitives: ``i64``, ``IVec`` = ``Vec[i64]``, ``f64``, ``String``), plus ``Input`` for program inputs
+and parameters and ``Opaque`` for ops no rule may touch. ``(shape t)`` and ``(dtype t)`` are e-class
+analyses filled by rules in the ``analysis`` ruleset; they have no merge, so a rewrite that equates
+tensors of different shapes fails loudly instead of miscompiling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from egglog import bindings
+
+from eqsat.ir import Op, Program, TensorType, Value
+from eqsat.ops import EGG_SORT, OPAQUE, OPS, VARIADIC, OpDef
+from eqsat.shapes import MAX_RANK, Broadcast, Matmul, Permute
+
+ANALYSIS = "analysis"
+REWRITES = "rewrites"
+_RANK_RULES = (Broadcast, Matmul, Permute)
+
+
+def var(attr: str) -> str:
+    """The egglog pattern variable of an attribute (prefixed: attribute names clash with functions)."""
+    return f"a_{attr}"
+
+
+def pattern(op: OpDef) -> str:
+    """The constructor pattern of ``op`` over variables ``x0``.. (or ``xs``) and ``a_<attr>``."""
+    ins = ["xs"] if op.arity == VARIADIC else [f"x{i}" for i in range(op.arity)]
+    return f"({op.ctor} {' '.join([*ins, *(var(a.name) for a in op.attrs)])})"
+
+
+def _declaration(op: OpDef) -> str:
+    ins = ["TList"] if op.arity == VARIADIC else ["Tensor"] * op.arity
+    return f"({op.ctor} {' '.join([*ins, *(EGG_SORT[a.kind] for a in op.attrs)])})"
+
+
+def _analysis_rules(op: OpDef) -> list[str]:
+    pat = pattern(op)
+    if op.arity == VARIADIC:
+        inputs = "(= xs (TCons x0 rest))"
+        names = {"xs": "xs"}
+    else:
+        inputs = " ".join(f"(= s{i} (shape x{i}))" for i in range(op.arity))
+        names = {f"s{i}": f"s{i}" for i in range(op.arity)}
+    names.update({a.name: var(a.name) for a in op.attrs})
+    rules = []
+    for k, (facts, expr) in enumerate(op.shape.egglog(names)):
+        rules.append(
+            f"(rule ((= t {pat}) {inputs} {facts}) ((set (shape t) {expr})) "
+            f':ruleset {ANALYSIS} :name "shape-{op.name}-{k}")'
+        )
+    if isinstance(op.dtype, int):
+        src = "(= xs (TCons x0 rest))" if op.arity == VARIADIC else ""
+        dtype_fact, dtype = f"{src} (= d (dtype x{op.dtype}))", "d"
+    else:
+        dtype_fact, dtype = "", var(op.dtype)
+    rules.append(
+        f"(rule ((= t {pat}) {dtype_fact}) ((set (dtype t) {dtype})) "
+        f':ruleset {ANALYSIS} :name "dtype-{op.name}")'
+    )
+    return rules
+
+
+@cache
+def schema() -> str:
+    """The egglog declarations and analysis rules, derived from the op registry."""
+    ctors = " ".join(_declaration(op) for op in OPS.values())
+    lines = [
+        "(sort IVec (Vec i64))",
+        f"(datatype* (Tensor (Input String) (Opaque String TList i64) {ctors})"
+        " (TList (TNil) (TCons Tensor TList)))",
+        "(function shape (Tensor) IVec :no-merge)",
+        "(function dtype (Tensor) String :no-merge)",
+        "(function concat-shape (TList i64) IVec :no-merge)",
+        "(relation wants-concat-shape (TList i64))",
+        f"(ruleset {ANALYSIS})",
+        f"(ruleset {REWRITES})",
+        f"(rule ((Concat l a)) ((wants-concat-shape l a)) :ruleset {ANALYSIS})",
+        f"(rule ((wants-concat-shape (TCons x r) a)) ((wants-concat-shape r a)) :ruleset {ANALYSIS})",
+        f"(rule ((wants-concat-shape l a) (= l (TCons x (TNil))) (= s (shape x))) "
+        f"((set (concat-shape l a) s)) :ruleset {ANALYSIS})",
+        f"(rule ((wants-concat-shape l a) (= l (TCons x r)) (= sr (concat-shape r a)) (= s (shape x))) "
+        f"((set (concat-shape l a) (vec-set s a (+ (vec-get s a) (vec-get sr a))))) :ruleset {ANALYSIS})",
+    ]
+    for op in OPS.values():
+        lines.extend(_analysis_rules(op))
+    return "\n".join(lines)
+
+
+def literal(value: Any) -> str:
+    """An attribute value as an egglog literal."""
+    if isinstance(value, tuple):
+        return f"(vec-of {' '.join(map(str, value))})" if value else "(vec-empty)"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        return repr(value).replace("e+", "e")
+    if isinstance(value, str):
+        return json.dumps(value)
+    return str(int(value))
+
+
+def _needs_opaque(op: Op) -> bool:
+    """Canonical ops whose rank-dependent rules were not generated are encoded as opaque."""
+    if op.name == OPAQUE:
+        return True
+    spec = OPS[op.name]
+    ranks = [v.type.rank for v in (*op.inputs, *op.outputs)]
+    return isinstance(spec.shape, _RANK_RULES) and max(ranks, default=0) > MAX_RANK
+
+
+def _tlist(names: list[str]) -> str:
+    out = "(TNil)"
+    for n in reversed(names):
+        out = f"(TCons {n} {out})"
+    return out
+
+
+@dataclass
+class Encoding:
+    """A program encoded as egglog commands, with what is needed to decode extracted terms."""
+
+    commands: str
+    roots: list[str]
+    leaves: dict[str, Value] = field(default_factory=dict)
+    opaque: dict[str, Op] = field(default_factory=dict)
+    nodes: int = 0
+
+
+def encode(program: Program) -> Encoding:
+    """One ``let`` per value in topological order (one nested expression would be quadratic)."""
+    names: dict[int, str] = {}
+    cmds: list[str] = []
+    enc = Encoding("", [])
+
+    def typed(name: str, t: TensorType) -> None:
+        cmds.append(f"(set (shape {name}) {literal(t.shape)})")
+        cmds.append(f"(set (dtype {name}) {literal(t.dtype)})")
+
+    for v in (*program.inputs, *program.params):
+        key = f"in{len(enc.leaves)}"
+        enc.leaves[key] = v
+        names[id(v)] = name = f"$v{len(names)}"
+        cmds.append(f'(let {name} (Input "{key}"))')
+        typed(name, v.type)
+    for op in program.live_ops():
+        args = [names[id(v)] for v in op.inputs]
+        if _needs_opaque(op):
+            key = f"op{len(enc.opaque)}"
+            enc.opaque[key] = op
+            for i, out in enumerate(op.outputs):
+                names[id(out)] = name = f"$v{len(names)}"
+                cmds.append(f'(let {name} (Opaque "{key}" {_tlist(args)} {i}))')
+                typed(name, out.type)
+            continue
+        spec = OPS[op.name]
+        ins = [_tlist(args)] if spec.arity == VARIADIC else args
+        attrs = [literal(op.attrs[a.name]) for a in spec.attrs]
+        names[id(op.output)] = name = f"$v{len(names)}"
+        cmds.append(f"(let {name} ({spec.ctor} {' '.join([*ins, *attrs])}))")
+    enc.roots = [names[id(v)] for v in program.outputs]
+    enc.commands = "\n".join(cmds)
+    enc.nodes = len(names)
+    return enc
+
+
+def new_egraph() -> bindings.EGraph:
+    """A fresh egglog e-graph with the schema loaded."""
+    eg = bindings.EGraph()
+    eg.parse_and_run_program(schema())
+    return eg
+
+
+_CTORS = {op.ctor: op for op in OPS.values()}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One e-node of the serialized e-graph: an op (constructor name), child e-classes, its e-class."""
+
+    id: str
+    op: str
+    children: tuple[str, ...]
+    eclass: str
+
+
+class Serialized:
+    """The serialized e-graph (egglog's JSON): tensor e-nodes by class, analyses, primitive values."""
+
+    def __init__(self, text: str) -> None:
+        data = json.loads(text)
+        raw = data["nodes"]
+        cls_of = {nid: n["eclass"] for nid, n in raw.items()}
+        self.classes: dict[str, list[Node]] = {}
+        self.values: dict[str, Any] = {}
+        self.roots: dict[str, str] = {}
+        shapes: dict[str, str] = {}
+        dtypes: dict[str, str] = {}
+        for nid, n in raw.items():
+            node = Node(nid, n["op"], tuple(cls_of[c] for c in n["children"]), n["eclass"])
+            if nid.startswith("primitive-"):
+                self.values[node.eclass] = node
+            elif node.op == "shape":
+                shapes[node.children[0]] = node.eclass
+            elif node.op == "dtype":
+                dtypes[node.children[0]] = node.eclass
+            elif node.op in _CTORS or node.op in ("Input", "Opaque", "TNil", "TCons"):
+                self.classes.setdefault(node.eclass, []).append(node)
+        for cid, meta in data["class_data"].items():
+            for name in meta.get("let", "").split(", "):
+                if name:
+                    self.roots[name] = cid
+        self.types: dict[str, TensorType] = {}
+        for cid, sid in shapes.items():
+            if cid in dtypes:
+                self.types[cid] = TensorType(self.value(sid), self.value(dtypes[cid]))
+
+    def value(self, eclass: str) -> Any:
+        """The primitive value of a primitive e-class (i64, f64, String or IVec)."""
+        node = self.values[eclass]
+        if node.op == "vec-of":
+            return tuple(self.value(c) for c in node.children)
+        if node.op == "vec-empty":
+            return ()
+        if node.id.startswith("primitive-String"):
+            return json.loads(node.op)
+        if node.id.startswith("primitive-f64"):
+            return float(node.op)
+        return int(node.op)
+
+    def list_classes(self, eclass: str, choose: Any) -> list[str]:
+        """The tensor classes of a TList class, following ``choose`` (class -> Node)."""
+        out = []
+        node = choose(eclass)
+        while node.op == "TCons":
+            out.append(node.children[0])
+            node = choose(node.children[1])
+        return out
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(len(ns) for ns in self.classes.values())
+
+
+def spec_of(node: Node) -> OpDef | None:
+    """The op definition of a node's constructor (None for Input, Opaque and list nodes)."""
+    return _CTORS.get(node.op)
+
+
+def attrs_of(graph: Serialized, node: Node, spec: OpDef) -> dict[str, Any]:
+    n_in = 1 if spec.arity == VARIADIC else spec.arity
+    return {a.name: graph.value(c) for a, c in zip(spec.attrs, node.children[n_in:], strict=True)}
+
+
+def input_classes(graph: Serialized, node: Node, choose: Any) -> list[str]:
+    """The tensor classes a node reads, in operand order."""
+    spec = spec_of(node)
+    if node.op == "Opaque" or (spec is not None and spec.arity == VARIADIC):
+        return graph.list_classes(node.children[1 if node.op == "Opaque" else 0], choose)
+    if spec is None:
+        return []
+    return list(node.children[: spec.arity])
+
+
+def decode(graph: Serialized, enc: Encoding, choose: Any, original: Program) -> Program:
+    """Rebuild a Program from a choice of one node per class (``choose``: class -> Node)."""
+    out = Program(
+        list(original.inputs),
+        list(original.params),
+        [],
+        [],
+        list(original.output_names),
+        dict(original.param_values),
+    )
+    memo: dict[str, Value] = {}
+    opaque_done: dict[str, Op] = {}
+
+    def build(cid: str) -> Value:
+        if cid in memo:
+            return memo[cid]
+        node = choose(cid)
+        ins = [build(c) for c in input_classes(graph, node, choose)]
+        if node.op == "Input":
+            value = enc.leaves[graph.value(node.children[0])]
+        elif node.op == "Opaque":
+            key, index = graph.value(node.children[0]), graph.value(node.children[2])
+            if key not in opaque_done:
+                orig = enc.opaque[key]
+                opaque_done[key] = Op(
+                    orig.name,
+                    tuple(ins),
+                    dict(orig.attrs),
+                    tuple(Value(v.type) for v in orig.outputs),
+                    orig.payload,
+                )
+                out.ops.append(opaque_done[key])
+            value = opaque_done[key].outputs[index]
+        else:
+            spec = spec_of(node)
+            assert spec is not None, node
+            value = out.add_op(spec.name, ins, **attrs_of(graph, node, spec))
+        memo[cid] = value
+        return value
+
+    out.outputs = [build(graph.roots[r]) for r in enc.roots]
+    return out

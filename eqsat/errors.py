@@ -1,0 +1,29 @@
+"""The exceptions eqsat raises; all derive from :class:`EqsatError`."""
+
+from __future__ import annotations
+
+
+class EqsatError(Exception):
+    """Base class of every error eqsat raises on purpose."""
+
+
+class ParseError(EqsatError):
+    """Malformed program text: names the line, the op and the reason."""
+
+    def __init__(self, reason: str, *, line: int | None = None, op: str | None = None) -> None:
+        self.reason, self.line, self.op = reason, line, op
+        where = f"line {line}: " if line is not None else ""
+        what = f"{op}: " if op else ""
+        super().__init__(f"{where}{what}{reason}")
+
+
+class ShapeError(EqsatError):
+    """An op's operands do not fit its shape or dtype rule."""
+
+
+class UnsupportedError(EqsatError):
+    """Something eqsat cannot represent (a dtype, a rank) and cannot pass through."""
+
+
+class MiscompileError(EqsatError):
+    """The optimized program computes something other than the original."""

@@ -1,0 +1,305 @@
+"""Paddle PIR text dumps -> ``Program``.
+
+Paddle spellings map onto canonical ops; an op not listed here loads as an ``opaque`` op with its
+attributes and declared result types, so nothing is refused. Quirks handled:
+
+- ``pd.full_int_array`` / ``pd.full`` feeding a shape, axis or scale operand are read as constants;
+- ``pd.reshape``: 0 keeps the input dim, -1 is inferred; its second (``xshape``) result is ignored;
+- ``pd.expand`` of a ``pd.full`` to a shape that is not a valid broadcast (as in PIR's own DRR test,
+  4x3x16 -> 4x3x16x16) loads as a ``full`` of the target shape: every element is the same value, which
+  is also what PIR's pass folded it to. A non-broadcast expand of anything else is an error;
+- ``pd.scale(x, s) {bias, bias_after_scale}`` with a constant ``s`` becomes ``scale``, else mul/add;
+- ``builtin.combine`` + ``pd.concat(list, axis)`` become one ``concat``;
+- ``pd.data`` is an input, ``pd.parameter`` a parameter, ``pd.fetch`` an output.
+
+Every declared result type is checked against the inferred one; a mismatch names the line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+from pathlib import Path
+
+import numpy as np
+
+from eqsat.errors import ParseError, ShapeError
+from eqsat.ir import Op, Program, TensorType, Value
+from eqsat.ops import OPAQUE
+from eqsat.text import Line, parse_line, parse_tensor_type, program_lines
+
+_UNARY = {
+    "pd.relu": "relu",
+    "pd.exp": "exp",
+    "pd.log": "log",
+    "pd.tanh": "tanh",
+    "pd.sigmoid": "sigmoid",
+    "pd.gelu": "gelu",
+    "pd.sqrt": "sqrt",
+}
+_BINARY = {
+    "pd.add": "add",
+    "pd.subtract": "sub",
+    "pd.multiply": "mul",
+    "pd.divide": "div",
+    "pd.maximum": "maximum",
+}
+_IGNORED_ATTRS = {"place", "stop_gradient", "persistable"}
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.program = Program()
+        self.env: dict[str, Value | list[Value]] = {}
+        self.consts: dict[int, np.ndarray] = {}  # id(value) -> known constant contents
+        self.int_arrays: dict[str, tuple[int, ...]] = {}  # %name -> contents of pd.full_int_array
+
+    def tensor(self, line: Line, name: str) -> Value:
+        v = self.env.get(name)
+        if v is None:
+            if name in self.int_arrays:
+                return self.materialize(name)
+            raise ParseError(f"undefined value {name}", line=line.number, op=line.name)
+        if isinstance(v, list):
+            raise ParseError(f"{name} is a list, expected a tensor", line=line.number, op=line.name)
+        return v
+
+    def materialize(self, name: str) -> Value:
+        data = np.asarray(self.int_arrays[name], dtype=np.int64)
+        value = self.program.add_param(f"const{name[1:]}", TensorType(data.shape, "int64"), data)
+        self.env[name] = value
+        return value
+
+    def int_array(self, line: Line, name: str) -> tuple[int, ...]:
+        if name in self.int_arrays:
+            return self.int_arrays[name]
+        v = self.env.get(name)
+        if isinstance(v, Value) and id(v) in self.consts:
+            return tuple(int(x) for x in self.consts[id(v)].ravel())
+        raise ParseError(
+            f"{name} must be a constant (pd.full_int_array or pd.full)", line=line.number, op=line.name
+        )
+
+    def add(self, line: Line, name: str, inputs: list[Value], **attrs: object) -> Value:
+        try:
+            return self.program.add_op(name, inputs, **attrs)  # type: ignore[arg-type]
+        except ShapeError as e:
+            raise ParseError(str(e), line=line.number, op=line.name) from None
+
+
+def _arity(line: Line, n: int) -> None:
+    if len(line.operands) != n:
+        raise ParseError(f"takes {n} operand(s), got {len(line.operands)}", line=line.number, op=line.name)
+
+
+def _attr(line: Line, key: str) -> object:
+    if key not in line.attrs:
+        raise ParseError(f"missing attribute {key!r}", line=line.number, op=line.name)
+    return line.attrs[key]
+
+
+def _full(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 0)
+    shape, value, dtype = _attr(line, "shape"), _attr(line, "value"), _attr(line, "dtype")
+    if isinstance(shape, int):
+        shape = (shape,)
+    if not isinstance(value, int | float):
+        raise ParseError(f"bad attribute value: {value!r} is not a number", line=line.number, op=line.name)
+    out = r.add(line, "full", [], shape=shape, value=float(value), dtype=dtype)
+    r.consts[id(out)] = np.full(out.type.shape, value)
+    return [out]
+
+
+def _full_int_array(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 0)
+    value = _attr(line, "value")
+    if not isinstance(value, tuple) or not all(isinstance(v, int) for v in value):
+        raise ParseError(
+            f"bad attribute value: {value!r} is not an int array", line=line.number, op=line.name
+        )
+    r.int_arrays[line.results[0]] = value
+    return []
+
+
+def _reshape(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 2)
+    x = r.tensor(line, line.operands[0])
+    spec = list(r.int_array(line, line.operands[1]))
+    shape = [x.type.shape[i] if d == 0 else d for i, d in enumerate(spec)]
+    if shape.count(-1) > 1:
+        raise ParseError("reshape with more than one -1", line=line.number, op=line.name)
+    if -1 in shape:
+        known = prod(d for d in shape if d != -1)
+        shape[shape.index(-1)] = x.type.size // known if known else 0
+    return [r.add(line, "reshape", [x], shape=tuple(shape))]
+
+
+def _expand(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 2)
+    x = r.tensor(line, line.operands[0])
+    target = r.int_array(line, line.operands[1])
+    pad = len(target) - x.type.rank
+    shape = tuple(x.type.shape[i - pad] if d == -1 and i >= pad else d for i, d in enumerate(target))
+    producer = next((op for op in reversed(r.program.ops) if op.outputs[0] is x), None)
+    if producer is not None and producer.name == "full":
+        try:
+            return [r.program.add_op("expand", [x], shape=shape)]
+        except ShapeError:
+            out = r.add(line, "full", [], shape=shape, value=producer.attrs["value"], dtype=x.type.dtype)
+            r.consts[id(out)] = np.full(shape, producer.attrs["value"])
+            return [out]
+    return [r.add(line, "expand", [x], shape=shape)]
+
+
+def _transpose(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 1)
+    return [r.add(line, "transpose", [r.tensor(line, line.operands[0])], perm=_attr(line, "perm"))]
+
+
+def _cast(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 1)
+    return [r.add(line, "cast", [r.tensor(line, line.operands[0])], dtype=_attr(line, "dtype"))]
+
+
+def _softmax(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 1)
+    return [r.add(line, "softmax", [r.tensor(line, line.operands[0])], axis=line.attrs.get("axis", -1))]
+
+
+def _matmul(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 2)
+    x, y = (r.tensor(line, o) for o in line.operands)
+    flags = {k: line.attrs.get(k, 0) for k in ("transpose_x", "transpose_y")}
+    return [r.add(line, "matmul", [x, y], **flags)]
+
+
+def _scale(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 2)
+    x, s = (r.tensor(line, o) for o in line.operands)
+    bias = float(line.attrs.get("bias", 0.0))  # type: ignore[arg-type]
+    after = bool(line.attrs.get("bias_after_scale", 1))
+    const = r.consts.get(id(s))
+    if const is not None and const.size == 1:
+        value = float(const.ravel()[0])
+        return [r.add(line, "scale", [x], scale=value, bias=bias if after else bias * value)]
+    if not after:
+        x = r.add(line, "scale", [x], scale=1.0, bias=bias)
+    out = r.add(line, "mul", [x, s])
+    return [r.add(line, "scale", [out], scale=1.0, bias=bias)] if after and bias else [out]
+
+
+def _combine(r: _Reader, line: Line) -> list[Value]:
+    r.env[line.results[0]] = [r.tensor(line, o) for o in line.operands]
+    return []
+
+
+def _concat(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 2)
+    xs = r.env.get(line.operands[0])
+    if not isinstance(xs, list):
+        raise ParseError(f"{line.operands[0]} must be a builtin.combine list", line=line.number, op=line.name)
+    (axis,) = r.int_array(line, line.operands[1])
+    return [r.add(line, "concat", xs, axis=axis)]
+
+
+def _data(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 0)
+    t = _declared(line)[0]
+    return [r.program.add_input(str(line.attrs.get("name", line.results[0][1:])), t)]
+
+
+def _parameter(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 0)
+    name = line.attrs.get("parameter_name", line.attrs.get("name", line.results[0][1:]))
+    return [r.program.add_param(str(name), _declared(line)[0])]
+
+
+def _fetch(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 1)
+    r.program.add_output(r.tensor(line, line.operands[0]), str(line.attrs.get("name", "")) or None)
+    return []
+
+
+def _unary(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 1)
+    return [r.add(line, _UNARY[line.name], [r.tensor(line, line.operands[0])])]
+
+
+def _binary(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 2)
+    return [r.add(line, _BINARY[line.name], [r.tensor(line, o) for o in line.operands])]
+
+
+def _opaque(r: _Reader, line: Line) -> list[Value]:
+    ins = tuple(r.tensor(line, o) for o in line.operands)
+    outs = tuple(Value(t) for t in _declared(line))
+    attrs = {"op": line.name, **{k: v for k, v in line.attrs.items() if k not in _IGNORED_ATTRS}}
+    r.program.ops.append(Op(OPAQUE, ins, attrs, outs))
+    return list(outs)
+
+
+def _declared(line: Line) -> list[TensorType]:
+    types = []
+    for t in line.out_types:
+        try:
+            types.append(TensorType(*parse_tensor_type(t, line.number)))
+        except ShapeError as e:
+            raise ParseError(str(e), line=line.number, op=line.name) from None
+    return types
+
+
+Handler = Callable[[_Reader, Line], list[Value]]
+HANDLERS: dict[str, Handler] = {
+    "pd.full": _full,
+    "pd.full_int_array": _full_int_array,
+    "pd.reshape": _reshape,
+    "pd.expand": _expand,
+    "pd.transpose": _transpose,
+    "pd.cast": _cast,
+    "pd.softmax": _softmax,
+    "pd.matmul": _matmul,
+    "pd.scale": _scale,
+    "builtin.combine": _combine,
+    "pd.concat": _concat,
+    "pd.data": _data,
+    "pd.parameter": _parameter,
+    "pd.fetch": _fetch,
+    **dict.fromkeys(_UNARY, _unary),
+    **dict.fromkeys(_BINARY, _binary),
+}
+
+
+def _check_declared(line: Line, results: list[Value]) -> None:
+    declared = _declared(line) if line.name not in ("pd.full_int_array", "builtin.combine") else []
+    for name, got, want in zip(line.results, results, declared, strict=False):
+        if got.type != want:
+            raise ParseError(
+                f"declared type of {name} is {want} but the op gives {got.type}",
+                line=line.number,
+                op=line.name,
+            )
+
+
+def parse_pir(text: str) -> Program:
+    """Parse a Paddle PIR text dump into a ``Program``; errors name the line, the op and the reason."""
+    r = _Reader()
+    for number, raw in program_lines(text):
+        line = parse_line(raw, number)
+        for res in line.results:
+            if res in r.env or res in r.int_arrays:
+                raise ParseError(f"value {res} is defined twice", line=number, op=line.name)
+        results = HANDLERS.get(line.name, _opaque)(r, line)
+        _check_declared(line, results)
+        for res, value in zip(line.results, results, strict=False):
+            r.env[res] = value
+    if not r.program.outputs:
+        raise ParseError("the program has no pd.fetch: nothing to compute")
+    return r.program
+
+
+def load(path: str | Path) -> Program:
+    """Load a program from a file: a PIR dump (``pd.*`` ops) or eqsat's own text form."""
+    from eqsat.ir import parse_program
+
+    text = Path(path).read_text()
+    return parse_pir(text) if '"pd.' in text or '"builtin.' in text else parse_program(text)

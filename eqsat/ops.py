@@ -1,0 +1,276 @@
+"""The op registry: every canonical op defined once — attributes, shape/dtype rule, cost features.
+
+The egglog constructor of an op (``transpose`` -> ``(Transpose Tensor IVec)``) is derived from its entry
+here, and its JAX lowering is one function in ``eqsat.lowering`` registered under the same name.
+Frontends map framework spellings (``pd.matmul``, jax's ``dot_general``) onto these ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from math import prod
+from typing import Literal
+
+from eqsat.errors import ShapeError
+from eqsat.ir import DTYPES, TensorType, Value
+from eqsat.shapes import (
+    Broadcast,
+    Concat,
+    FromAttr,
+    Matmul,
+    Permute,
+    Reduce,
+    SameAs,
+    ShapeRule,
+    SplitPart,
+    broadcast,
+)
+from eqsat.text import AttrValue
+
+OPAQUE = "opaque"
+VARIADIC = -1
+AttrKind = Literal["int", "ints", "float", "str"]
+EGG_SORT: dict[str, str] = {"int": "i64", "ints": "IVec", "float": "f64", "str": "String"}
+FlopsFn = Callable[[Sequence[TensorType], TensorType, dict], float]
+
+
+@dataclass(frozen=True)
+class Attr:
+    name: str
+    kind: AttrKind
+    default: AttrValue | None = None
+
+
+def _elementwise_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    return float(out.size)
+
+
+def _no_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    return 0.0
+
+
+def _matmul_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    x = ins[0].shape
+    k = x[-2] if attrs["transpose_x"] else x[-1]
+    return 2.0 * out.size * k
+
+
+def _reduce_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    return float(ins[0].size)
+
+
+def _softmax_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    return 5.0 * ins[0].size
+
+
+@dataclass(frozen=True)
+class Reshape(FromAttr):
+    def infer(self, shapes: Sequence[tuple[int, ...]], attrs: dict) -> tuple[int, ...]:
+        target = tuple(attrs[self.attr])
+        if prod(target) != prod(shapes[0]):
+            raise ShapeError(f"cannot reshape {shapes[0]} ({prod(shapes[0])} elements) to {target}")
+        return target
+
+
+@dataclass(frozen=True)
+class Expand(FromAttr):
+    def infer(self, shapes: Sequence[tuple[int, ...]], attrs: dict) -> tuple[int, ...]:
+        target = tuple(attrs[self.attr])
+        if len(shapes[0]) > len(target) or broadcast(shapes[0], target) != target:
+            raise ShapeError(f"cannot expand {shapes[0]} to {target}: not a broadcast")
+        return target
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One canonical op. ``dtype``: index of the input whose dtype the result has, or an attribute name."""
+
+    name: str
+    arity: int
+    doc: str
+    attrs: tuple[Attr, ...] = ()
+    shape: ShapeRule = field(default_factory=SameAs)
+    dtype: int | str = 0
+    flops: FlopsFn = _elementwise_flops
+    elementwise: bool = False
+    axis_attr: str | None = None
+
+    @property
+    def ctor(self) -> str:
+        """The egglog constructor name: ``reduce_max`` -> ``ReduceMax``."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+    def normalize(self, inputs: Sequence[Value], attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
+        """Check arity and attributes, fill defaults, coerce kinds and make axes non-negative."""
+        if self.arity != VARIADIC and len(inputs) != self.arity:
+            raise ShapeError(f"{self.name} takes {self.arity} operands, got {len(inputs)}")
+        if self.arity == VARIADIC and not inputs:
+            raise ShapeError(f"{self.name} needs at least one operand")
+        known = {a.name for a in self.attrs}
+        extra = set(attrs) - known
+        if extra:
+            raise ShapeError(f"{self.name} has no attribute {sorted(extra)[0]!r} (has: {sorted(known)})")
+        out: dict[str, AttrValue] = {}
+        for a in self.attrs:
+            value = attrs.get(a.name, a.default)
+            if value is None:
+                raise ShapeError(f"{self.name} needs attribute {a.name!r}")
+            out[a.name] = _coerce(self.name, a, value)
+        if self.axis_attr:
+            rank = inputs[0].type.rank
+            axis = int(out[self.axis_attr])  # type: ignore[arg-type]
+            if not -rank <= axis < rank:
+                raise ShapeError(f"{self.name}: axis {axis} out of range for rank {rank}")
+            out[self.axis_attr] = axis % rank
+        return out
+
+    def infer(self, types: Sequence[TensorType], attrs: dict) -> TensorType:
+        """The output type; raises :class:`ShapeError` with the reason if the operands do not fit."""
+        if self.elementwise and len(types) == 2 and types[0].dtype != types[1].dtype:
+            raise ShapeError(f"{self.name} of different dtypes {types[0].dtype} and {types[1].dtype}")
+        if self.name == "concat" and len({t.dtype for t in types}) > 1:
+            raise ShapeError("concat of different dtypes")
+        shape = self.shape.infer([t.shape for t in types], attrs)
+        dtype = types[self.dtype].dtype if isinstance(self.dtype, int) else str(attrs[self.dtype])
+        return TensorType(tuple(int(d) for d in shape), dtype)
+
+
+def _coerce(op: str, attr: Attr, value: AttrValue) -> AttrValue:
+    bad = ShapeError(f"{op}: attribute {attr.name} must be {attr.kind}, got {value!r}")
+    match attr.kind:
+        case "int":
+            if isinstance(value, bool | int):
+                return int(value)
+        case "float":
+            if isinstance(value, int | float):
+                return float(value)
+        case "ints":
+            if isinstance(value, tuple | list) and all(isinstance(v, int) for v in value):
+                return tuple(int(v) for v in value)
+        case "str":
+            if isinstance(value, str):
+                if attr.name == "dtype" and value not in DTYPES:
+                    raise ShapeError(f"{op}: unsupported dtype {value!r}")
+                return value
+    raise bad
+
+
+def _unary(name: str, doc: str) -> OpDef:
+    return OpDef(name, 1, doc, elementwise=True)
+
+
+def _binary(name: str, doc: str) -> OpDef:
+    return OpDef(name, 2, doc, shape=Broadcast(), elementwise=True)
+
+
+_AXIS = Attr("axis", "int")
+_OPS = [
+    OpDef(
+        "full",
+        0,
+        "a tensor filled with one value",
+        (Attr("shape", "ints"), Attr("value", "float"), Attr("dtype", "str")),
+        FromAttr("shape"),
+        "dtype",
+        _no_flops,
+    ),
+    OpDef(
+        "matmul",
+        2,
+        "batched matrix product over the last two dims, with transpose flags",
+        (Attr("transpose_x", "int", 0), Attr("transpose_y", "int", 0)),
+        Matmul(),
+        0,
+        _matmul_flops,
+    ),
+    _binary("add", "x + y (broadcasting)"),
+    _binary("sub", "x - y (broadcasting)"),
+    _binary("mul", "x * y (broadcasting)"),
+    _binary("div", "x / y (broadcasting)"),
+    _binary("maximum", "max(x, y) (broadcasting)"),
+    _unary("exp", "e**x"),
+    _unary("log", "natural logarithm"),
+    _unary("tanh", "hyperbolic tangent"),
+    _unary("sigmoid", "1 / (1 + e**-x)"),
+    _unary("relu", "max(x, 0)"),
+    _unary("gelu", "GELU, tanh approximation"),
+    _unary("neg", "-x"),
+    _unary("sqrt", "square root"),
+    OpDef(
+        "scale", 1, "x * scale + bias", (Attr("scale", "float"), Attr("bias", "float", 0.0)), elementwise=True
+    ),
+    OpDef(
+        "cast",
+        1,
+        "convert to dtype",
+        (Attr("dtype", "str"),),
+        dtype="dtype",
+        flops=_no_flops,
+        elementwise=True,
+    ),
+    OpDef(
+        "transpose",
+        1,
+        "permute dims: out.shape[i] = x.shape[perm[i]]",
+        (Attr("perm", "ints"),),
+        Permute(),
+        flops=_no_flops,
+    ),
+    OpDef(
+        "reshape",
+        1,
+        "same elements, new shape (concrete dims)",
+        (Attr("shape", "ints"),),
+        Reshape(),
+        flops=_no_flops,
+    ),
+    OpDef("expand", 1, "broadcast to shape", (Attr("shape", "ints"),), Expand(), flops=_no_flops),
+    OpDef(
+        "concat", VARIADIC, "concatenate along axis", (_AXIS,), Concat(), flops=_no_flops, axis_attr="axis"
+    ),
+    OpDef(
+        "split",
+        1,
+        "part `index` of splitting along axis into sizes",
+        (_AXIS, Attr("sizes", "ints"), Attr("index", "int")),
+        SplitPart(),
+        flops=_no_flops,
+        axis_attr="axis",
+    ),
+    OpDef(
+        "reduce_max",
+        1,
+        "max over one axis",
+        (_AXIS, Attr("keepdim", "int", 0)),
+        Reduce(),
+        flops=_reduce_flops,
+        axis_attr="axis",
+    ),
+    OpDef(
+        "reduce_sum",
+        1,
+        "sum over one axis",
+        (_AXIS, Attr("keepdim", "int", 0)),
+        Reduce(),
+        flops=_reduce_flops,
+        axis_attr="axis",
+    ),
+    OpDef(
+        "softmax",
+        1,
+        "exp(x - max) / sum(exp(x - max)) along axis",
+        (_AXIS,),
+        flops=_softmax_flops,
+        axis_attr="axis",
+    ),
+]
+OPS: dict[str, OpDef] = {op.name: op for op in _OPS}
+
+
+def get_op(name: str) -> OpDef:
+    """The definition of canonical op ``name``; ``KeyError`` with the known names otherwise."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown op {name!r} (known: {', '.join(OPS)}, {OPAQUE})") from None

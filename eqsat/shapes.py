@@ -1,0 +1,185 @@
+"""Shape rules: each infers an op's output shape in Python and states the same rule as egglog rules.
+
+The Python side checks programs as they are built; the egglog side is the e-graph's shape analysis
+(``(shape t)``), which guards rewrites and which makes a rule that equates tensors of different shapes
+fail loudly ("Illegal merge"). Rank-dependent rules are generated for ranks up to ``MAX_RANK``; an op of
+higher rank is encoded as opaque.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product
+
+from eqsat.errors import ShapeError
+
+MAX_RANK = 6
+Shape = tuple[int, ...]
+# An egglog shape rule: extra facts over the pattern's variables, and the shape expression.
+EggRule = tuple[str, str]
+
+
+def broadcast(a: Shape, b: Shape) -> Shape:
+    """Numpy broadcasting of two shapes."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        da = a[-i] if i <= len(a) else 1
+        db = b[-i] if i <= len(b) else 1
+        if da != db and 1 not in (da, db):
+            raise ShapeError(f"shapes {a} and {b} do not broadcast")
+        out.append(db if da == 1 else da)
+    return tuple(reversed(out))
+
+
+def _egg_broadcast(a: str, ra: int, b: str, rb: int) -> list[str]:
+    """egglog expressions of the broadcast dims of vectors ``a`` (rank ra) and ``b`` (rank rb)."""
+    r = max(ra, rb)
+    dims = []
+    for i in range(r):
+        ia, ib = i - (r - ra), i - (r - rb)
+        ea = f"(vec-get {a} {ia})" if ia >= 0 else None
+        eb = f"(vec-get {b} {ib})" if ib >= 0 else None
+        dims.append(f"(max {ea} {eb})" if ea and eb else ea or eb or "1")
+    return dims
+
+
+def vec(dims: Sequence[str]) -> str:
+    return f"(vec-of {' '.join(dims)})" if dims else "(vec-empty)"
+
+
+class ShapeRule:
+    """Base: ``infer`` in Python, ``egglog`` as (facts, shape expression) pairs."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        raise NotImplementedError
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        """``pattern`` maps names to egglog variables: ``s0``.. (input shapes), attribute names."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class SameAs(ShapeRule):
+    index: int = 0
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        return shapes[self.index]
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        return [("", pattern[f"s{self.index}"])]
+
+
+@dataclass(frozen=True)
+class FromAttr(ShapeRule):
+    attr: str = "shape"
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        return tuple(attrs[self.attr])
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        return [("", pattern[self.attr])]
+
+
+@dataclass(frozen=True)
+class Broadcast(ShapeRule):
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        return broadcast(shapes[0], shapes[1])
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        s0, s1 = pattern["s0"], pattern["s1"]
+        return [
+            (f"(= (vec-length {s0}) {ra}) (= (vec-length {s1}) {rb})", vec(_egg_broadcast(s0, ra, s1, rb)))
+            for ra, rb in product(range(MAX_RANK + 1), repeat=2)
+        ]
+
+
+@dataclass(frozen=True)
+class Permute(ShapeRule):
+    attr: str = "perm"
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        perm = attrs[self.attr]
+        if sorted(perm) != list(range(len(shapes[0]))):
+            raise ShapeError(f"perm {list(perm)} is not a permutation of the {len(shapes[0])} dims")
+        return tuple(shapes[0][p] for p in perm)
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        s, p = pattern["s0"], pattern[self.attr]
+        return [
+            (f"(= (vec-length {p}) {r})", vec([f"(vec-get {s} (vec-get {p} {i}))" for i in range(r)]))
+            for r in range(MAX_RANK + 1)
+        ]
+
+
+@dataclass(frozen=True)
+class Matmul(ShapeRule):
+    """``x @ y`` over the last two dims with transpose flags; batch dims broadcast."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        x, y = shapes
+        if len(x) < 2 or len(y) < 2:
+            raise ShapeError(f"matmul needs rank >= 2 operands, got {x} and {y}")
+        m, kx = (x[-1], x[-2]) if attrs["transpose_x"] else (x[-2], x[-1])
+        ky, n = (y[-1], y[-2]) if attrs["transpose_y"] else (y[-2], y[-1])
+        if kx != ky:
+            raise ShapeError(f"matmul contracts {kx} with {ky} (shapes {x} and {y})")
+        return (*broadcast(x[:-2], y[:-2]), m, n)
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        sx, sy, tx, ty = pattern["s0"], pattern["s1"], pattern["transpose_x"], pattern["transpose_y"]
+        rules = []
+        for rx, ry, fx, fy in product(range(2, MAX_RANK + 1), range(2, MAX_RANK + 1), (0, 1), (0, 1)):
+            m = f"(vec-get {sx} {rx - 1 if fx else rx - 2})"
+            n = f"(vec-get {sy} {ry - 2 if fy else ry - 1})"
+            facts = f"(= (vec-length {sx}) {rx}) (= (vec-length {sy}) {ry}) (= {tx} {fx}) (= {ty} {fy})"
+            rules.append((facts, vec([*_egg_broadcast(sx, rx - 2, sy, ry - 2), m, n])))
+        return rules
+
+
+@dataclass(frozen=True)
+class Concat(ShapeRule):
+    """Concatenation of a list along ``axis``; egglog reads the helper table ``concat-shape``."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        axis = attrs["axis"]
+        first = shapes[0]
+        for s in shapes[1:]:
+            if len(s) != len(first) or any(
+                a != b for i, (a, b) in enumerate(zip(s, first, strict=True)) if i != axis
+            ):
+                raise ShapeError(f"concat along axis {axis} of mismatched shapes {list(shapes)}")
+        return (*first[:axis], sum(s[axis] for s in shapes), *first[axis + 1 :])
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        return [(f"(= cs (concat-shape {pattern['xs']} {pattern['axis']}))", "cs")]
+
+
+@dataclass(frozen=True)
+class SplitPart(ShapeRule):
+    """Part ``index`` of splitting along ``axis`` into ``sizes``."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        (x,) = shapes
+        axis, sizes, index = attrs["axis"], attrs["sizes"], attrs["index"]
+        if sum(sizes) != x[axis] or not 0 <= index < len(sizes):
+            raise ShapeError(f"split of dim {x[axis]} into {list(sizes)} (part {index}) does not fit")
+        return (*x[:axis], sizes[index], *x[axis + 1 :])
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        p = pattern
+        return [("", f"(vec-set {p['s0']} {p['axis']} (vec-get {p['sizes']} {p['index']}))")]
+
+
+@dataclass(frozen=True)
+class Reduce(ShapeRule):
+    """Reduction over one ``axis``, keeping it as size 1 when ``keepdim``."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        (x,) = shapes
+        axis = attrs["axis"]
+        return (*x[:axis], 1, *x[axis + 1 :]) if attrs["keepdim"] else (*x[:axis], *x[axis + 1 :])
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        s, a, k = pattern["s0"], pattern["axis"], pattern["keepdim"]
+        return [(f"(= {k} 1)", f"(vec-set {s} {a} 1)"), (f"(= {k} 0)", f"(vec-remove {s} {a})")]

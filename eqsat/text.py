@@ -1,0 +1,211 @@
+"""The line grammar shared by eqsat's text form and Paddle PIR dumps.
+
+One op per line: ``(%r0, %r1) = "name" (%a, %b) {key:value, ...} : (in types) -> out types``.
+This module splits such a line into its parts and parses attribute values and tensor types; what the
+parts mean is up to the reader (``ir.parse_program`` or ``frontend.pir``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from eqsat.errors import ParseError
+
+AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...]
+
+_LINE = re.compile(
+    r"^\s*\((?P<results>[^)]*)\)\s*=\s*\"(?P<name>[^\"]+)\"\s*"
+    r"\((?P<operands>[^)]*)\)\s*(?P<attrs>\{.*\})?\s*:\s*(?P<sig>.*)$"
+)
+_IDENT = re.compile(r"^[A-Za-z_][\w.]*$")
+_VALUE = re.compile(r"^%[\w.]+$")
+_TENSOR = re.compile(r"^(?:\w+\.)?tensor<(?P<body>[^>]*)>$")
+_DTYPES = {
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "f64": "float64",
+    "i1": "bool",
+    "i8": "int8",
+    "ui8": "uint8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+}
+DTYPE_SHORT = {v: k for k, v in _DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class Line:
+    """The parts of one op line, before interpretation."""
+
+    number: int
+    results: tuple[str, ...]
+    name: str
+    operands: tuple[str, ...]
+    attrs: dict[str, AttrValue]
+    in_types: tuple[str, ...]
+    out_types: tuple[str, ...]
+
+
+def split_top(text: str, sep: str = ",") -> list[str]:
+    """Split on ``sep`` outside brackets; empty input gives an empty list."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    tail = "".join(cur).strip()
+    if tail or parts:
+        parts.append(tail)
+    return parts
+
+
+def parse_scalar(text: str) -> int | float | str:
+    """An attribute scalar: int, float, bare word or quoted string."""
+    text = text.strip()
+    if text.startswith('"') and text.endswith('"') and len(text) >= 2:
+        return text[1:-1].replace('\\"', '"')
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    return text
+
+
+def parse_attr_value(text: str, line: int) -> AttrValue:
+    """Parse ``array[1,2]``, ``IntArray[..]``, ``[..]``, numbers, words and ``Place(cpu)``."""
+    text = text.strip()
+    m = re.match(r"^(?:array|IntArray)?\[(.*)\]$", text)
+    if m:
+        items = [parse_scalar(t) for t in split_top(m.group(1))]
+        if all(isinstance(i, int) for i in items):
+            return tuple(items)  # type: ignore[return-value]
+        if all(isinstance(i, int | float) for i in items):
+            return tuple(float(i) for i in items)
+        raise ParseError(f"bad attribute value {text!r}: arrays hold numbers only", line=line)
+    if not text:
+        raise ParseError("empty attribute value", line=line)
+    return parse_scalar(text)
+
+
+def parse_attrs(text: str | None, line: int) -> dict[str, AttrValue]:
+    """Parse ``{key:value, ...}``."""
+    if not text:
+        return {}
+    body = text.strip()[1:-1]
+    attrs: dict[str, AttrValue] = {}
+    for item in split_top(body):
+        key, sep, value = item.partition(":")
+        if not sep or not _IDENT.match(key.strip()):
+            raise ParseError(f"bad attribute {item!r}: expected key:value", line=line)
+        attrs[key.strip()] = parse_attr_value(value, line)
+    return attrs
+
+
+def parse_tensor_type(text: str, line: int) -> tuple[tuple[int, ...], str]:
+    """``tensor<4x3xf32>`` (optionally ``pd.``-prefixed) -> ((4, 3), "float32")."""
+    m = _TENSOR.match(text.strip())
+    if not m:
+        raise ParseError(f"bad type {text.strip()!r}: expected tensor<dims x dtype>", line=line)
+    *dims, short = m.group("body").split("x") if m.group("body") else [""]
+    if short not in _DTYPES:
+        raise ParseError(f"unsupported dtype {short!r} in {text.strip()!r}", line=line)
+    try:
+        shape = tuple(int(d) for d in dims)
+    except ValueError:
+        raise ParseError(f"bad dimension in {text.strip()!r}", line=line) from None
+    if any(d < 0 for d in shape):
+        raise ParseError(f"negative dimension in {text.strip()!r}", line=line)
+    return shape, _DTYPES[short]
+
+
+def format_tensor_type(shape: tuple[int, ...], dtype: str) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + DTYPE_SHORT[dtype] + ">"
+
+
+def format_attr_value(value: AttrValue) -> str:
+    if isinstance(value, tuple):
+        return "array[" + ",".join(repr(v) for v in value) + "]"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str) and not _IDENT.match(value):
+        return '"' + value.replace('"', '\\"') + '"'
+    return str(value)
+
+
+def format_attrs(attrs: dict[str, AttrValue]) -> str:
+    return "{" + ",".join(f"{k}:{format_attr_value(v)}" for k, v in attrs.items()) + "}"
+
+
+def _names(text: str, line: int, what: str) -> tuple[str, ...]:
+    names = tuple(split_top(text))
+    for n in names:
+        if not _VALUE.match(n):
+            raise ParseError(f"bad {what} {n!r}: expected %name", line=line)
+    return names
+
+
+def parse_line(text: str, number: int) -> Line:
+    """Split one op line; raise :class:`ParseError` naming the line if it does not fit the grammar."""
+    m = _LINE.match(text)
+    if not m:
+        raise ParseError(f"unknown syntax: {text.strip()!r}", line=number)
+    name = m.group("name")
+    sig = m.group("sig")
+    ins, arrow, outs = sig.partition("->")
+    ins = ins.strip()
+    if not arrow or not (ins.startswith("(") and ins.endswith(")")):
+        raise ParseError(f"bad signature {sig.strip()!r}: expected (types) -> types", line=number, op=name)
+    out_text = outs.strip()
+    if out_text.startswith("(") and out_text.endswith(")"):
+        out_text = out_text[1:-1]
+    try:
+        attrs = parse_attrs(m.group("attrs"), number)
+    except ParseError as e:
+        raise ParseError(e.reason, line=number, op=name) from None
+    return Line(
+        number=number,
+        results=_names(m.group("results"), number, "result"),
+        name=name,
+        operands=_names(m.group("operands"), number, "operand"),
+        attrs=attrs,
+        in_types=tuple(split_top(ins[1:-1])),
+        out_types=tuple(split_top(out_text)),
+    )
+
+
+def program_lines(text: str) -> list[tuple[int, str]]:
+    """The numbered op lines between the outer braces of a dump (blank lines and ``//`` comments out)."""
+    lines = []
+    opened = closed = False
+    for number, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("//"):
+            continue
+        if stripped == "{" and not opened:
+            opened = True
+        elif stripped == "}" and opened and not closed:
+            closed = True
+        elif closed:
+            raise ParseError(f"unexpected text after the closing brace: {stripped!r}", line=number)
+        elif not opened:
+            raise ParseError(f"expected '{{' to open the program, got {stripped!r}", line=number)
+        else:
+            lines.append((number, stripped))
+    if not opened:
+        raise ParseError("empty program: expected '{ ... }'")
+    if not closed:
+        raise ParseError("missing closing '}'", line=len(text.splitlines()))
+    return lines

@@ -1,0 +1,95 @@
+"""One JAX lowering per canonical op (see ``eqsat.ops`` for what each op means)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from . import register
+
+Array = jax.Array
+
+register("add")(jnp.add)
+register("sub")(jnp.subtract)
+register("mul")(jnp.multiply)
+register("div")(jnp.divide)
+register("maximum")(jnp.maximum)
+register("exp")(jnp.exp)
+register("log")(jnp.log)
+register("tanh")(jnp.tanh)
+register("sigmoid")(jax.nn.sigmoid)
+register("relu")(jax.nn.relu)
+register("neg")(jnp.negative)
+register("sqrt")(jnp.sqrt)
+
+
+@register("gelu")
+def _gelu(x: Array) -> Array:
+    return jax.nn.gelu(x, approximate=True)
+
+
+@register("full")
+def _full(*, shape: tuple[int, ...], value: float, dtype: str) -> Array:
+    return jnp.full(shape, value, dtype=dtype)
+
+
+@register("matmul")
+def _matmul(x: Array, y: Array, *, transpose_x: int, transpose_y: int) -> Array:
+    if transpose_x:
+        x = jnp.swapaxes(x, -1, -2)
+    if transpose_y:
+        y = jnp.swapaxes(y, -1, -2)
+    return jnp.matmul(x, y)
+
+
+@register("scale")
+def _scale(x: Array, *, scale: float, bias: float) -> Array:
+    out = x * jnp.asarray(scale, x.dtype)
+    return out + jnp.asarray(bias, x.dtype) if bias else out
+
+
+@register("cast")
+def _cast(x: Array, *, dtype: str) -> Array:
+    return lax.convert_element_type(x, jnp.dtype(dtype))
+
+
+@register("transpose")
+def _transpose(x: Array, *, perm: tuple[int, ...]) -> Array:
+    return jnp.transpose(x, perm)
+
+
+@register("reshape")
+def _reshape(x: Array, *, shape: tuple[int, ...]) -> Array:
+    return jnp.reshape(x, shape)
+
+
+@register("expand")
+def _expand(x: Array, *, shape: tuple[int, ...]) -> Array:
+    return jnp.broadcast_to(x, shape)
+
+
+@register("concat")
+def _concat(*xs: Array, axis: int) -> Array:
+    return jnp.concatenate(xs, axis=axis)
+
+
+@register("split")
+def _split(x: Array, *, axis: int, sizes: tuple[int, ...], index: int) -> Array:
+    start = sum(sizes[:index])
+    return lax.slice_in_dim(x, start, start + sizes[index], axis=axis)
+
+
+@register("reduce_max")
+def _reduce_max(x: Array, *, axis: int, keepdim: int) -> Array:
+    return jnp.max(x, axis=axis, keepdims=bool(keepdim))
+
+
+@register("reduce_sum")
+def _reduce_sum(x: Array, *, axis: int, keepdim: int) -> Array:
+    return jnp.sum(x, axis=axis, keepdims=bool(keepdim))
+
+
+@register("softmax")
+def _softmax(x: Array, *, axis: int) -> Array:
+    return jax.nn.softmax(x, axis=axis)

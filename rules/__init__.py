@@ -1,0 +1,41 @@
+"""Declarative rewrite rules, grouped by theme: ``transpose``, ``reshape``, ``cast``, ``fold``.
+
+Each rule has a name, a one-line reason, egglog patterns and an example that
+``eqsat.verify.check_rule`` instantiates on random data (see ``rules/base.py`` for the format).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .base import Rule
+
+
+def _load() -> dict[str, list[Rule]]:
+    from . import cast, fold, reshape, transpose
+
+    themes = {}
+    for module in (transpose, reshape, cast, fold):
+        theme = module.__name__.rsplit(".", 1)[-1]
+        themes[theme] = [Rule(r.name, r.reason, r.variants, r.example, theme) for r in module.RULES]
+    return themes
+
+
+RULESETS: dict[str, list[Rule]] = _load()
+ALL_RULES: list[Rule] = [r for rs in RULESETS.values() for r in rs]
+
+
+def select(names: Iterable[str] | None = None) -> list[Rule]:
+    """Rules by theme or rule name (``None``: all). Unknown names raise ``KeyError`` listing the known."""
+    if names is None:
+        return list(ALL_RULES)
+    by_name = {r.name: r for r in ALL_RULES}
+    out: list[Rule] = []
+    for n in names:
+        if n in RULESETS:
+            out.extend(RULESETS[n])
+        elif n in by_name:
+            out.append(by_name[n])
+        else:
+            raise KeyError(f"unknown rule or theme {n!r} (themes: {', '.join(RULESETS)})")
+    return out

@@ -1,0 +1,51 @@
+"""Folding of ``full``: a constant of one value stays a constant under expand, reshape, transpose."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import rand_perm, rand_shape, rule
+
+
+def _full(rng: Any, rank: int) -> dict[str, Any]:
+    return {"s": rand_shape(rng, rank), "v": float(rng.normal()), "d": "float32"}
+
+
+def _expand_example(rng: Any) -> dict[str, Any]:
+    ex = _full(rng, 2)
+    return {**ex, "s2": (int(rng.integers(1, 4)), *ex["s"])}
+
+
+def _reshape_example(rng: Any) -> dict[str, Any]:
+    ex = _full(rng, 2)
+    return {**ex, "s2": (ex["s"][0] * ex["s"][1],)}
+
+
+def _transpose_example(rng: Any) -> dict[str, Any]:
+    return {**_full(rng, 3), "p": rand_perm(rng, 3)}
+
+
+RULES = [
+    rule(
+        "expand-full",
+        "expanding a constant-valued tensor is a bigger constant-valued tensor",
+        "(Expand (Full s v d) s2)",
+        "(Full s2 v d)",
+        example=_expand_example,
+    ),
+    rule(
+        "reshape-full",
+        "reshaping a constant-valued tensor is a constant of the new shape",
+        "(Reshape (Full s v d) s2)",
+        "(Full s2 v d)",
+        example=_reshape_example,
+    ),
+    rule(
+        "transpose-full",
+        "transposing a constant-valued tensor is a constant of the permuted shape",
+        "(Transpose (Full s v d) p)",
+        "(Full s2 v d)",
+        "(= s2 (shape (Transpose (Full s v d) p)))",
+        example=_transpose_example,
+    ),
+]

@@ -1,0 +1,75 @@
+"""Transpose composition, identity removal, and transposes moved through elementwise ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eqsat.ir import TensorType
+from eqsat.ops import OPS
+
+from .base import Rule, Variant, per_rank, rand_perm, rand_shape, rule, vec
+
+_UNARY_ATTRS: dict[str, Any] = {"scale": {"scale": 0.5, "bias": 0.25}, "cast": {"dtype": "float16"}}
+
+
+def _rank_example(rng: Any, *perms: str) -> dict[str, Any]:
+    r = int(rng.integers(2, 5))
+    return {"x": TensorType(rand_shape(rng, r), "float32"), **{p: rand_perm(rng, r) for p in perms}}
+
+
+def _unary(op: str, inner: str) -> str:
+    attrs = " ".join(f"c_{a.name}" for a in OPS[op].attrs)
+    return f"({OPS[op].ctor} {inner}{' ' + attrs if attrs else ''})"
+
+
+def _through_unary(op: str) -> Rule:
+    outer, inner = f"(Transpose {_unary(op, 'x')} p)", _unary(op, "(Transpose x p)")
+
+    def example(rng: Any) -> dict[str, Any]:
+        return {**_rank_example(rng, "p"), **{f"c_{k}": v for k, v in _UNARY_ATTRS.get(op, {}).items()}}
+
+    return Rule(
+        f"transpose-through-{op}",
+        f"{op} is elementwise, so it commutes with a transpose",
+        (Variant(outer, inner), Variant(inner, outer)),
+        example,
+    )
+
+
+def _through_binary(op: str) -> Rule:
+    ctor = OPS[op].ctor
+
+    def example(rng: Any) -> dict[str, Any]:
+        ex = _rank_example(rng, "p")
+        return {**ex, "y": ex["x"]}
+
+    return rule(
+        f"transpose-out-of-{op}",
+        f"{op} of two equally transposed, equal-shape tensors is one transpose",
+        f"({ctor} (Transpose x p) (Transpose y p))",
+        f"(Transpose ({ctor} x y) p)",
+        "(= (shape x) (shape y))",
+        example=example,
+    )
+
+
+RULES = [
+    per_rank(
+        "transpose-compose",
+        "two transposes are one, by the composed permutation p1[p2[i]]",
+        lambda r: Variant(
+            "(Transpose (Transpose x p1) p2)",
+            f"(Transpose x {vec(f'(vec-get p1 (vec-get p2 {i}))' for i in range(r))})",
+            (f"(= (vec-length p2) {r})",),
+        ),
+        example=lambda rng: _rank_example(rng, "p1", "p2"),
+    ),
+    per_rank(
+        "transpose-identity",
+        "a transpose by the identity permutation does nothing",
+        lambda r: Variant("(Transpose x p)", "x", (f"(= p {vec(map(str, range(r)))})",)),
+        example=lambda rng: (lambda ex: {**ex, "p": tuple(range(len(ex["x"].shape)))})(_rank_example(rng)),
+    ),
+    *(_through_unary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 1),
+    *(_through_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
+]
