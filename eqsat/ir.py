@@ -176,6 +176,9 @@ def parse_program(text: str) -> Program:
         def fail(reason: str, line: Any = line) -> ParseError:
             return ParseError(reason, line=line.number, op=line.name)
 
+        for r in line.results:
+            if r in env:
+                raise fail(f"value {r} is defined twice")
         try:
             operands = [env[o] for o in line.operands]
         except KeyError as e:
@@ -210,8 +213,5 @@ def parse_program(text: str) -> Program:
             if [out.type] != out_types:
                 raise fail(f"declared type {', '.join(map(str, out_types))} but the op gives {out.type}")
             outs = (out,)
-        for r, v in zip(line.results, outs, strict=True):
-            if r in env:
-                raise fail(f"value {r} is defined twice")
-            env[r] = v
+        env.update(zip(line.results, outs, strict=True))
     return program

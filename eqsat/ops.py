@@ -24,7 +24,6 @@ from eqsat.shapes import (
     SameAs,
     ShapeRule,
     SplitPart,
-    broadcast,
 )
 from eqsat.text import AttrValue
 
@@ -77,7 +76,10 @@ class Reshape(FromAttr):
 class Expand(FromAttr):
     def infer(self, shapes: Sequence[tuple[int, ...]], attrs: dict) -> tuple[int, ...]:
         target = tuple(attrs[self.attr])
-        if len(shapes[0]) > len(target) or broadcast(shapes[0], target) != target:
+        fits = len(shapes[0]) <= len(target) and all(
+            a in (1, b) for a, b in zip(reversed(shapes[0]), reversed(target), strict=False)
+        )
+        if not fits:
             raise ShapeError(f"cannot expand {shapes[0]} to {target}: not a broadcast")
         return target
 

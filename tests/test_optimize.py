@@ -1,0 +1,120 @@
+"""End to end: PIR fixtures through saturation and extraction to JAX, limits, DAG-aware costs."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import eqsat
+from eqsat import Builder, Flops, Limits, NodeCount
+from eqsat.lowering import lower
+from eqsat.verify import validate
+
+STRUCTURAL = ["transpose", "reshape", "cast"]
+
+
+def _run(program):
+    return [np.asarray(o) for o in jax.jit(lower(program))()]
+
+
+def test_drr_transpose_matches_pirs_own_pass(pir_path):
+    before = eqsat.load(pir_path("drr_transpose_before"))
+    reference = eqsat.load(pir_path("drr_transpose_after_reference"))
+    result = eqsat.optimize(before, rules=STRUCTURAL)
+    ops = result.program.live_ops()
+    counts = result.program.op_counts()
+    assert counts == {"full": 1, "reshape": 1, "relu": 2, "transpose": 1}
+    (transpose,) = [op for op in ops if op.name == "transpose"]
+    assert transpose.attrs["perm"] == (2, 0, 1, 3)
+    assert [op.attrs["shape"] for op in ops if op.name == "full"] == [(4, 3, 16, 16)]
+    assert result.report.saturated and result.report.cost_after < result.report.cost_before
+    for got, want in zip(_run(result.program), _run(reference), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_drr_transpose_with_folding_beats_the_reference(pir_path):
+    before = eqsat.load(pir_path("drr_transpose_before"))
+    reference = eqsat.load(pir_path("drr_transpose_after_reference"))
+    result = eqsat.optimize(before)
+    assert len(result.program.live_ops()) < len(reference.live_ops())
+    assert {"cast", "transpose", "reshape", "expand"}.isdisjoint(result.program.op_counts())
+    assert {"transpose-full", "reshape-full", "cast-roundtrip"} <= set(result.report.rules_fired)
+    for got, want in zip(_run(result.program), _run(reference), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_multihead_attention_agrees_after_optimization(pir_path):
+    before = eqsat.load(pir_path("multihead_attention_before"))
+    result = eqsat.optimize(before, verify=True)
+    for got, want in zip(_run(result.program), _run(before), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def _transposes_program():
+    b = Builder()
+    x = b.input("x", (2, 3, 4))
+    y = b.transpose(b.relu(b.transpose(x, perm=(1, 0, 2))), perm=(1, 0, 2))
+    y = b.transpose(b.exp(b.transpose(y, perm=(2, 1, 0))), perm=(2, 1, 0))
+    return b.build(b.add(y, x))
+
+
+@pytest.mark.parametrize(
+    ("limits", "reason"),
+    [
+        (Limits(max_nodes=1), "node limit"),
+        (Limits(max_iterations=1), "iteration limit"),
+        (Limits(timeout_s=0.0), "time limit"),
+    ],
+)
+def test_a_limit_still_returns_a_valid_equivalent_program(limits, reason):
+    program = _transposes_program()
+    result = eqsat.optimize(program, limits=limits)
+    assert result.report.stop_reason.startswith(reason)
+    assert not result.report.saturated
+    assert reason in str(result.report)
+    validate(program, result.program)
+
+
+def test_unlimited_run_saturates_and_removes_all_transposes():
+    result = eqsat.optimize(_transposes_program(), verify=True)
+    assert result.report.saturated
+    assert "transpose" not in result.program.op_counts()
+
+
+def test_extraction_is_dag_aware_a_shared_subterm_is_paid_once():
+    b = Builder()
+    x = b.input("x", (8, 8))
+    shared = b.exp(b.transpose(b.transpose(x, perm=(1, 0)), perm=(1, 0)))
+    program = b.build(b.add(shared, shared), b.relu(shared))
+    result = eqsat.optimize(program, cost=NodeCount())
+    assert result.program.op_counts() == {"exp": 1, "add": 1, "relu": 1}
+    assert result.report.cost_after == 3
+
+
+def test_cost_models_price_programs():
+    b = Builder()
+    x = b.input("x", (4, 8))
+    w = b.param("w", (8, 16))
+    program = b.build(b.relu(b.matmul(x, w)))
+    assert NodeCount().program_cost(program) == 2
+    flops = Flops(bytes_weight=0.0, per_op=0.0).program_cost(program)
+    assert flops == 2 * 4 * 16 * 8 + 4 * 16
+    custom = eqsat.optimize(program, cost=lambda op, attrs, ins, out: 5.0)
+    assert custom.report.cost_before == 10.0
+
+
+def test_unknown_cost_model_is_a_clear_error():
+    with pytest.raises(KeyError, match="unknown cost model"):
+        eqsat.optimize(_transposes_program(), cost="speed")
+
+
+def test_params_with_values_are_bound_and_without_are_arguments():
+    b = Builder()
+    x = b.input("x", (2, 3))
+    w = b.param("w", (3, 3), data=np.eye(3))
+    v = b.param("v", (2, 3))
+    program = b.build(b.add(b.matmul(x, w), v))
+    xs, vs = np.ones((2, 3), np.float32), np.full((2, 3), 2.0, np.float32)
+    (out,) = eqsat.optimize(program).fn(xs, vs)
+    np.testing.assert_allclose(out, 3.0)

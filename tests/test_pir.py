@@ -1,0 +1,124 @@
+"""The PIR frontend: fixtures load with Paddle's quirks; bad dumps name the line, op and reason."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import eqsat
+from eqsat import ParseError
+from eqsat.lowering import lower, register_opaque
+
+
+def test_drr_fixture_folds_the_invalid_expand_of_a_full(pir_path):
+    program = eqsat.load(pir_path("drr_transpose_before"))
+    assert "expand" not in program.op_counts()
+    fulls = [op for op in program.live_ops() if op.name == "full"]
+    assert [op.attrs["shape"] for op in fulls] == [(4, 3, 16, 16)]
+    assert program.outputs[0].type.shape == (4, 16, 3, 16)
+
+
+def test_reshape_zero_keeps_dims_and_xshape_is_ignored(pir_path):
+    program = eqsat.load(pir_path("multihead_attention_before"))
+    reshapes = [op.attrs["shape"] for op in program.ops if op.name == "reshape"]
+    assert reshapes[:3] == [(1, 300, 8, 32)] * 3 and reshapes[3] == (1, 300, 256)
+
+
+def test_scale_with_constant_operand_becomes_scale_op(pir_path):
+    program = eqsat.load(pir_path("multihead_attention_before"))
+    (scale,) = [op for op in program.ops if op.name == "scale"]
+    assert scale.attrs == {"scale": pytest.approx(0.176777), "bias": 0.0}
+
+
+HEAD = '{\n (%0) = "pd.data" () {name:x,dtype:float32} : () -> pd.tensor<2x3xf32>\n'
+
+
+def _pir(*lines: str) -> str:
+    return HEAD + "\n".join(lines) + "\n}"
+
+
+def test_valid_expand_of_a_data_input_loads_as_expand():
+    text = _pir(
+        ' (%1) = "pd.full_int_array" () {dtype:int64,value:IntArray[4,2,3]} : () -> pd.tensor<3xi64>',
+        ' (%2) = "pd.expand" (%0, %1) {} : (pd.tensor<2x3xf32>, pd.tensor<3xi64>) -> pd.tensor<4x2x3xf32>',
+        ' (%3) = "pd.fetch" (%2) {col:0,name:out} : (pd.tensor<4x2x3xf32>) -> pd.tensor<4x2x3xf32>',
+    )
+    assert eqsat.parse_pir(text).op_counts() == {"expand": 1}
+
+
+BAD_PIR = {
+    "declared type mismatch": (
+        3,
+        ' (%1) = "pd.relu" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<3x2xf32>',
+        "declared type",
+    ),
+    "undefined value": (
+        3,
+        ' (%1) = "pd.relu" (%9) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>',
+        "undefined",
+    ),
+    "wrong arity": (3, ' (%1) = "pd.add" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>', "operand"),
+    "non-constant shape": (
+        3,
+        ' (%1, %2) = "pd.reshape" (%0, %0) {} : (pd.tensor<2x3xf32>, pd.tensor<2x3xf32>) '
+        "-> pd.tensor<6xf32>, pd.tensor<0x2x3xf32>",
+        "constant",
+    ),
+    "bad perm": (
+        3,
+        ' (%1) = "pd.transpose" (%0) {perm:array[0,0]} : (pd.tensor<2x3xf32>) -> pd.tensor<2x2xf32>',
+        "permutation",
+    ),
+    "non-broadcast expand": (
+        4,
+        ' (%1) = "pd.full_int_array" () {dtype:int64,value:IntArray[5,7]} : () -> pd.tensor<2xi64>\n'
+        ' (%2) = "pd.expand" (%0, %1) {} : (pd.tensor<2x3xf32>, pd.tensor<2xi64>) -> pd.tensor<5x7xf32>',
+        "not a broadcast",
+    ),
+    "matmul contraction": (
+        3,
+        ' (%1) = "pd.matmul" (%0, %0) {transpose_x:0,transpose_y:0} : '
+        "(pd.tensor<2x3xf32>, pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>",
+        "contracts",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PIR))
+def test_bad_pir_names_line_op_and_reason(case):
+    line, text, reason = BAD_PIR[case]
+    with pytest.raises(ParseError, match=reason) as info:
+        eqsat.parse_pir(
+            _pir(text, ' (%9) = "pd.fetch" (%0) {name:out} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>')
+        )
+    assert info.value.line == line and info.value.op
+
+
+def test_program_without_fetch_is_an_error():
+    with pytest.raises(ParseError, match=r"no pd\.fetch"):
+        eqsat.parse_pir(_pir())
+
+
+UNKNOWN = _pir(
+    ' (%1) = "pd.transpose" (%0) {perm:array[1,0]} : (pd.tensor<2x3xf32>) -> pd.tensor<3x2xf32>',
+    ' (%2) = "pd.transpose" (%1) {perm:array[1,0]} : (pd.tensor<3x2xf32>) -> pd.tensor<2x3xf32>',
+    ' (%3) = "pd.my_softplus" (%2) {beta:2.0} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>',
+    ' (%4) = "pd.cast" (%3) {dtype:float64} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf64>',
+    ' (%5) = "pd.cast" (%4) {dtype:float32} : (pd.tensor<2x3xf64>) -> pd.tensor<2x3xf32>',
+    ' (%6) = "pd.fetch" (%5) {name:out} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>',
+)
+
+
+def test_unknown_op_loads_opaque_prints_optimizes_around_and_runs():
+    program = eqsat.parse_pir(UNKNOWN)
+    assert program.op_counts() == {"transpose": 2, "pd.my_softplus": 1, "cast": 2}
+    assert '"opaque" (%2) {op:pd.my_softplus,beta:2.0}' in str(program).replace("%3", "%2")
+    result = eqsat.optimize(program)
+    assert result.program.op_counts() == {"pd.my_softplus": 1}
+    register_opaque("pd.my_softplus", lambda x, beta: jax.nn.softplus(beta * x) / beta)
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
+    (want,) = lower(program)(x)
+    (got,) = result.fn(x)
+    np.testing.assert_allclose(got, np.log1p(np.exp(2 * x)) / 2, rtol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
