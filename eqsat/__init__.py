@@ -4,8 +4,10 @@ from eqsat.api import OptimizeResult, Report, optimize
 from eqsat.cost import CostModel, Flops, NodeCount
 from eqsat.errors import EqsatError, MiscompileError, ParseError, ShapeError, UnsupportedError
 from eqsat.frontend.builder import Builder
+from eqsat.frontend.jax import from_jax
 from eqsat.frontend.pir import load, parse_pir
 from eqsat.ir import Op, Program, TensorType, Value, parse_program
+from eqsat.jit import jit
 from eqsat.saturate import Limits
 
 __all__ = [
@@ -25,6 +27,8 @@ __all__ = [
     "TensorType",
     "UnsupportedError",
     "Value",
+    "from_jax",
+    "jit",
     "load",
     "optimize",
     "parse_pir",

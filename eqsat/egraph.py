@@ -53,6 +53,9 @@ def _analysis_rules(op: OpDef) -> list[str]:
         names = {f"s{i}": f"s{i}" for i in range(op.arity)}
     names.update({a.name: var(a.name) for a in op.attrs})
     rules = []
+    demand = op.shape.demand(names)
+    if demand:
+        rules.append(f"(rule ((= t {pat}) {inputs}) ({demand}) :ruleset {ANALYSIS})")
     for k, (facts, expr) in enumerate(op.shape.egglog(names)):
         rules.append(
             f"(rule ((= t {pat}) {inputs} {facts}) ((set (shape t) {expr})) "
@@ -80,17 +83,12 @@ def schema() -> str:
         " (TList (TNil) (TCons Tensor TList)))",
         "(function shape (Tensor) IVec :no-merge)",
         "(function dtype (Tensor) String :no-merge)",
-        "(function concat-shape (TList i64) IVec :no-merge)",
-        "(relation wants-concat-shape (TList i64))",
         f"(ruleset {ANALYSIS})",
         f"(ruleset {REWRITES})",
-        f"(rule ((Concat l a)) ((wants-concat-shape l a)) :ruleset {ANALYSIS})",
-        f"(rule ((wants-concat-shape (TCons x r) a)) ((wants-concat-shape r a)) :ruleset {ANALYSIS})",
-        f"(rule ((wants-concat-shape l a) (= l (TCons x (TNil))) (= s (shape x))) "
-        f"((set (concat-shape l a) s)) :ruleset {ANALYSIS})",
-        f"(rule ((wants-concat-shape l a) (= l (TCons x r)) (= sr (concat-shape r a)) (= s (shape x))) "
-        f"((set (concat-shape l a) (vec-set s a (+ (vec-get s a) (vec-get sr a))))) :ruleset {ANALYSIS})",
     ]
+    preludes = {type(op.shape): op.shape.prelude(ANALYSIS) for op in OPS.values()}
+    for prelude in preludes.values():
+        lines.extend(prelude)
     for op in OPS.values():
         lines.extend(_analysis_rules(op))
     return "\n".join(lines)

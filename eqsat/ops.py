@@ -85,6 +85,19 @@ class Expand(FromAttr):
 
 
 @dataclass(frozen=True)
+class Select(SameAs):
+    """``select(cond, x, y)``: x and y of one shape; cond of that shape or a scalar."""
+
+    index: int = 1
+
+    def infer(self, shapes: Sequence[tuple[int, ...]], attrs: dict) -> tuple[int, ...]:
+        cond, x, y = shapes
+        if x != y or cond not in ((), x):
+            raise ShapeError(f"select needs equal shapes (cond may be a scalar), got {cond}, {x}, {y}")
+        return x
+
+
+@dataclass(frozen=True)
 class OpDef:
     """One canonical op. ``dtype``: index of the input whose dtype the result has, or an attribute name."""
 
@@ -133,6 +146,8 @@ class OpDef:
             raise ShapeError(f"{self.name} of different dtypes {types[0].dtype} and {types[1].dtype}")
         if self.name == "concat" and len({t.dtype for t in types}) > 1:
             raise ShapeError("concat of different dtypes")
+        if self.name == "select" and (types[0].dtype != "bool" or types[1].dtype != types[2].dtype):
+            raise ShapeError("select needs a bool condition and two operands of one dtype")
         shape = self.shape.infer([t.shape for t in types], attrs)
         dtype = types[self.dtype].dtype if isinstance(self.dtype, int) else str(attrs[self.dtype])
         return TensorType(tuple(int(d) for d in shape), dtype)
@@ -191,6 +206,7 @@ _OPS = [
     _binary("mul", "x * y (broadcasting)"),
     _binary("div", "x / y (broadcasting)"),
     _binary("maximum", "max(x, y) (broadcasting)"),
+    _binary("minimum", "min(x, y) (broadcasting)"),
     _unary("exp", "e**x"),
     _unary("log", "natural logarithm"),
     _unary("tanh", "hyperbolic tangent"),
@@ -199,6 +215,7 @@ _OPS = [
     _unary("gelu", "GELU, tanh approximation"),
     _unary("neg", "-x"),
     _unary("sqrt", "square root"),
+    _unary("rsqrt", "1 / sqrt(x)"),
     OpDef(
         "scale", 1, "x * scale + bias", (Attr("scale", "float"), Attr("bias", "float", 0.0)), elementwise=True
     ),
@@ -258,6 +275,7 @@ _OPS = [
         flops=_reduce_flops,
         axis_attr="axis",
     ),
+    OpDef("select", 3, "where(cond, x, y): x where cond is true, else y", shape=Select(), dtype=1),
     OpDef(
         "softmax",
         1,

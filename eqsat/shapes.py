@@ -49,7 +49,11 @@ def vec(dims: Sequence[str]) -> str:
 
 
 class ShapeRule:
-    """Base: ``infer`` in Python, ``egglog`` as (facts, shape expression) pairs."""
+    """Base: ``infer`` in Python, ``egglog`` as (facts, shape expression) pairs.
+
+    A rule may need a helper table shared by several ops: ``prelude`` declares and fills it (once),
+    ``demand`` is the action that asks for the entries an op needs.
+    """
 
     def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
         raise NotImplementedError
@@ -57,6 +61,12 @@ class ShapeRule:
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         """``pattern`` maps names to egglog variables: ``s0``.. (input shapes), attribute names."""
         raise NotImplementedError
+
+    def demand(self, pattern: dict[str, str]) -> str:
+        return ""
+
+    def prelude(self, ruleset: str) -> list[str]:
+        return []
 
 
 @dataclass(frozen=True)
@@ -87,11 +97,22 @@ class Broadcast(ShapeRule):
         return broadcast(shapes[0], shapes[1])
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
-        s0, s1 = pattern["s0"], pattern["s1"]
-        return [
-            (f"(= (vec-length {s0}) {ra}) (= (vec-length {s1}) {rb})", vec(_egg_broadcast(s0, ra, s1, rb)))
-            for ra, rb in product(range(MAX_RANK + 1), repeat=2)
+        return [(f"(= b (broadcast-shape {pattern['s0']} {pattern['s1']}))", "b")]
+
+    def demand(self, pattern: dict[str, str]) -> str:
+        return f"(wants-broadcast-shape {pattern['s0']} {pattern['s1']})"
+
+    def prelude(self, ruleset: str) -> list[str]:
+        rules = [
+            "(function broadcast-shape (IVec IVec) IVec :no-merge)",
+            "(relation wants-broadcast-shape (IVec IVec))",
         ]
+        for ra, rb in product(range(MAX_RANK + 1), repeat=2):
+            rules.append(
+                f"(rule ((wants-broadcast-shape a b) (= (vec-length a) {ra}) (= (vec-length b) {rb})) "
+                f"((set (broadcast-shape a b) {vec(_egg_broadcast('a', ra, 'b', rb))})) :ruleset {ruleset})"
+            )
+        return rules
 
 
 @dataclass(frozen=True)
@@ -153,6 +174,20 @@ class Concat(ShapeRule):
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         return [(f"(= cs (concat-shape {pattern['xs']} {pattern['axis']}))", "cs")]
+
+    def demand(self, pattern: dict[str, str]) -> str:
+        return f"(wants-concat-shape {pattern['xs']} {pattern['axis']})"
+
+    def prelude(self, ruleset: str) -> list[str]:
+        return [
+            "(function concat-shape (TList i64) IVec :no-merge)",
+            "(relation wants-concat-shape (TList i64))",
+            f"(rule ((wants-concat-shape (TCons x r) a)) ((wants-concat-shape r a)) :ruleset {ruleset})",
+            f"(rule ((wants-concat-shape l a) (= l (TCons x (TNil))) (= s (shape x))) "
+            f"((set (concat-shape l a) s)) :ruleset {ruleset})",
+            f"(rule ((wants-concat-shape l a) (= l (TCons x r)) (= sr (concat-shape r a)) (= s (shape x))) "
+            f"((set (concat-shape l a) (vec-set s a (+ (vec-get s a) (vec-get sr a))))) :ruleset {ruleset})",
+        ]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ register("sub")(jnp.subtract)
 register("mul")(jnp.multiply)
 register("div")(jnp.divide)
 register("maximum")(jnp.maximum)
+register("minimum")(jnp.minimum)
 register("exp")(jnp.exp)
 register("log")(jnp.log)
 register("tanh")(jnp.tanh)
@@ -22,6 +23,7 @@ register("sigmoid")(jax.nn.sigmoid)
 register("relu")(jax.nn.relu)
 register("neg")(jnp.negative)
 register("sqrt")(jnp.sqrt)
+register("rsqrt")(lax.rsqrt)
 
 
 @register("gelu")
@@ -88,6 +90,11 @@ def _reduce_max(x: Array, *, axis: int, keepdim: int) -> Array:
 @register("reduce_sum")
 def _reduce_sum(x: Array, *, axis: int, keepdim: int) -> Array:
     return jnp.sum(x, axis=axis, keepdims=bool(keepdim))
+
+
+@register("select")
+def _select(cond: Array, x: Array, y: Array) -> Array:
+    return jnp.where(cond, x, y)
 
 
 @register("softmax")

@@ -1,0 +1,336 @@
+"""JAX functions -> ``Program``, by tracing with ``jax.make_jaxpr``.
+
+Primitives map onto canonical ops (``dot_general`` of any batch/contracting dims becomes transposes,
+reshapes and a ``matmul``; ``broadcast_in_dim`` a reshape and an ``expand``; multi-axis reductions a
+chain of one-axis ones). Nested ``jit``/``pjit``/``closed_call`` and ``custom_jvp_call``/``custom_vjp_call``
+are inlined, except ``custom_jvp_call`` of ``jax.nn.relu``, which becomes ``relu``. Every other primitive
+becomes an ``opaque`` op that re-binds the primitive with its params when lowered, so any traceable
+function still runs. Closed-over arrays become parameters with values; pytrees in and out are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from math import prod
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core as jcore
+
+from eqsat.errors import ShapeError, UnsupportedError
+from eqsat.ir import DTYPES, Op, Program, TensorType, Value
+from eqsat.ops import OPAQUE
+
+_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "maximum", "min": "minimum"}
+_UNARY = {
+    "exp": "exp",
+    "log": "log",
+    "tanh": "tanh",
+    "logistic": "sigmoid",
+    "neg": "neg",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+}
+_IDENTITY = {"stop_gradient", "copy", "copy_p", "optimization_barrier_identity"}
+_INLINE = {
+    "jit",
+    "pjit",
+    "closed_call",
+    "core_call",
+    "remat",
+    "checkpoint",
+    "custom_vjp_call",
+    "custom_vjp_call_jaxpr",
+    "custom_jvp_call",
+}
+_RECOGNIZED_CUSTOM_JVP = {"relu": "relu"}
+
+
+@dataclass
+class Traced:
+    """A traced function: its Program and the pytree structures of its inputs and outputs."""
+
+    program: Program
+    in_tree: Any
+    out_tree: Any
+
+
+def _type(aval: Any, where: str) -> TensorType:
+    dtype = np.dtype(aval.dtype).name
+    if dtype not in DTYPES:
+        raise UnsupportedError(f"{where}: dtype {dtype} is not supported (supported: {', '.join(DTYPES)})")
+    return TensorType(tuple(int(d) for d in aval.shape), dtype)
+
+
+class _Tracer:
+    def __init__(self, program: Program) -> None:
+        self.p = program
+
+    def op(self, name: str, *inputs: Value, **attrs: Any) -> Value:
+        return self.p.add_op(name, list(inputs), **attrs)
+
+    def literal(self, lit: Any) -> Value:
+        t = _type(lit.aval, "literal")
+        value = np.asarray(lit.val)
+        if value.ndim == 0:
+            return self.op("full", shape=t.shape, value=float(value), dtype=t.dtype)
+        return self.p.add_param(f"lit{len(self.p.params)}", t, value)
+
+    def run(self, closed_jaxpr: Any, args: Sequence[Value]) -> list[Value]:
+        """Trace a (closed) jaxpr on ``args``; its constants become parameters."""
+        jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+        consts = [self.const(c) for c in getattr(closed_jaxpr, "consts", [])]
+        if len(jaxpr.constvars) != len(consts):
+            raise UnsupportedError("a jaxpr with unbound constants")
+        env: dict[Any, Value] = dict(zip(jaxpr.constvars, consts, strict=True))
+        env.update(zip(jaxpr.invars, args, strict=True))
+
+        def read(v: Any) -> Value:
+            return self.literal(v) if isinstance(v, jcore.Literal) else env[v]
+
+        for eqn in jaxpr.eqns:
+            ins = [read(v) for v in eqn.invars]
+            try:
+                outs = self.eqn(eqn, ins)
+            except ShapeError:
+                outs = self.opaque(eqn, ins)
+            env.update(zip(eqn.outvars, outs, strict=True))
+        return [read(v) for v in jaxpr.outvars]
+
+    def eqn(self, eqn: Any, ins: list[Value]) -> list[Value]:
+        name, params = eqn.primitive.name, eqn.params
+        if name in _BINARY:
+            return [self.op(_BINARY[name], *ins)]
+        if name in _UNARY:
+            return [self.op(_UNARY[name], *ins)]
+        if name in _IDENTITY:
+            return ins
+        if name == "custom_jvp_call" and _custom_name(params) in _RECOGNIZED_CUSTOM_JVP:
+            return [self.op(_RECOGNIZED_CUSTOM_JVP[_custom_name(params)], *ins)]
+        if name in _INLINE:
+            inner = params.get("jaxpr", params.get("call_jaxpr", params.get("fun_jaxpr")))
+            if inner is not None:
+                return self.run(inner, ins)
+        handler = _HANDLERS.get(name)
+        return handler(self, ins, **params) if handler else self.opaque(eqn, ins)
+
+    def const(self, value: Any) -> Value:
+        arr = np.asarray(value)
+        t = _type(arr, "closed-over constant")
+        return self.p.add_param(f"const{len(self.p.params)}", t, arr)
+
+    def opaque(self, eqn: Any, ins: list[Value]) -> list[Value]:
+        prim, params = eqn.primitive, dict(eqn.params)
+        outs = tuple(Value(_type(v.aval, f"primitive {prim.name}")) for v in eqn.outvars)
+        payload = partial(_bind, prim, params)
+        printable = {k: _printable(v) for k, v in params.items()}
+        attrs = {"op": prim.name, **{k: v for k, v in printable.items() if v is not None}}
+        self.p.ops.append(Op(OPAQUE, tuple(ins), attrs, outs, payload))
+        return list(outs)
+
+
+def _custom_name(params: dict[str, Any]) -> str | None:
+    """The name of the jitted function a custom_jvp_call wraps (``relu`` for ``jax.nn.relu``)."""
+    inner = getattr(params.get("call_jaxpr"), "jaxpr", None)
+    if inner is None or len(inner.eqns) != 1 or inner.eqns[0].primitive.name not in ("jit", "pjit"):
+        return None
+    return inner.eqns[0].params.get("name")
+
+
+def _bind(prim: Any, params: dict[str, Any], *args: Any) -> tuple[Any, ...]:
+    out = prim.bind(*args, **params)
+    return tuple(out) if prim.multiple_results else (out,)
+
+
+def _printable(value: Any) -> Any:
+    if isinstance(value, bool | np.bool_):
+        return int(value)
+    if isinstance(value, int | float | str):
+        return value
+    if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+        return value
+    return None
+
+
+# ---- primitive handlers: (tracer, inputs, **params) -> outputs -------------------------------------
+
+
+def _transpose(t: _Tracer, ins: list[Value], *, permutation: tuple[int, ...], **_: Any) -> list[Value]:
+    return [t.op("transpose", ins[0], perm=tuple(permutation))]
+
+
+def _reshape(
+    t: _Tracer, ins: list[Value], *, new_sizes: tuple[int, ...], dimensions: Any = None, **_: Any
+) -> list[Value]:
+    if dimensions is not None:
+        raise ShapeError("reshape with dimensions")
+    return [t.op("reshape", ins[0], shape=tuple(new_sizes))]
+
+
+def _squeeze(t: _Tracer, ins: list[Value], *, dimensions: tuple[int, ...], **_: Any) -> list[Value]:
+    shape = tuple(d for i, d in enumerate(ins[0].type.shape) if i not in dimensions)
+    return [t.op("reshape", ins[0], shape=shape)]
+
+
+def _expand_dims(t: _Tracer, x: Value, shape: tuple[int, ...], dims: Sequence[int]) -> Value:
+    """Reshape ``x`` to rank len(shape) (its dims at ``dims``, 1 elsewhere), then expand to ``shape``."""
+    padded = [1] * len(shape)
+    for d, size in zip(dims, x.type.shape, strict=True):
+        padded[d] = size
+    if tuple(padded) != x.type.shape:
+        x = t.op("reshape", x, shape=tuple(padded))
+    return x if x.type.shape == tuple(shape) else t.op("expand", x, shape=tuple(shape))
+
+
+def _broadcast_in_dim(
+    t: _Tracer, ins: list[Value], *, shape: tuple[int, ...], broadcast_dimensions: tuple[int, ...], **_: Any
+) -> list[Value]:
+    if list(broadcast_dimensions) != sorted(broadcast_dimensions):
+        raise ShapeError("broadcast_in_dim with unsorted dims")
+    return [_expand_dims(t, ins[0], tuple(shape), broadcast_dimensions)]
+
+
+def _reduce(name: str) -> Callable[..., list[Value]]:
+    def handler(t: _Tracer, ins: list[Value], *, axes: tuple[int, ...], **_: Any) -> list[Value]:
+        x = ins[0]
+        for axis in sorted(axes, reverse=True):
+            x = t.op(name, x, axis=axis, keepdim=0)
+        return [x]
+
+    return handler
+
+
+def _convert(t: _Tracer, ins: list[Value], *, new_dtype: Any, **_: Any) -> list[Value]:
+    dtype = np.dtype(new_dtype).name
+    if dtype not in DTYPES:
+        raise UnsupportedError(f"convert_element_type to {dtype} is not supported")
+    return [ins[0] if ins[0].type.dtype == dtype else t.op("cast", ins[0], dtype=dtype)]
+
+
+def _concatenate(t: _Tracer, ins: list[Value], *, dimension: int, **_: Any) -> list[Value]:
+    return [t.op("concat", *ins, axis=dimension)]
+
+
+def _slice(
+    t: _Tracer,
+    ins: list[Value],
+    *,
+    start_indices: tuple[int, ...],
+    limit_indices: tuple[int, ...],
+    strides: Any = None,
+    **_: Any,
+) -> list[Value]:
+    if strides is not None and any(s != 1 for s in strides):
+        raise ShapeError("strided slice")
+    x = ins[0]
+    for axis, (lo, hi) in enumerate(zip(start_indices, limit_indices, strict=True)):
+        size = x.type.shape[axis]
+        if (lo, hi) != (0, size):
+            sizes = tuple(s for s in (lo, hi - lo, size - hi) if s) if hi > lo else ()
+            if not sizes:
+                raise ShapeError("empty slice")
+            x = t.op("split", x, axis=axis, sizes=sizes, index=1 if lo else 0)
+    return [x]
+
+
+def _select_n(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
+    if len(ins) != 3 or ins[0].type.dtype != "bool":
+        raise ShapeError("select_n with more than two cases or an integer predicate")
+    pred, on_false, on_true = ins
+    return [t.op("select", pred, on_true, on_false)]
+
+
+def _integer_pow(t: _Tracer, ins: list[Value], *, y: int, **_: Any) -> list[Value]:
+    if not 1 <= y <= 4:
+        raise ShapeError("integer_pow outside 1..4")
+    out = ins[0]
+    for _ in range(y - 1):
+        out = t.op("mul", out, ins[0])
+    return [out]
+
+
+def _dot_general(
+    t: _Tracer, ins: list[Value], *, dimension_numbers: Any, preferred_element_type: Any = None, **_: Any
+) -> list[Value]:
+    """Canonicalize to matmul: lhs -> (batch, M, K), rhs -> (batch, K, N), then reshape the result."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    x, y = ins
+    if x.type.dtype != y.type.dtype:
+        raise ShapeError("dot_general of mixed dtypes")
+    xs, ys = x.type.shape, y.type.shape
+    lf = [i for i in range(len(xs)) if i not in lc and i not in lb]
+    rf = [i for i in range(len(ys)) if i not in rc and i not in rb]
+    batch = [xs[i] for i in lb]
+    m, n, k = prod(xs[i] for i in lf), prod(ys[i] for i in rf), prod(xs[i] for i in lc)
+
+    def arrange(v: Value, order: list[int], shape: tuple[int, ...]) -> Value:
+        if order != list(range(len(order))):
+            v = t.op("transpose", v, perm=tuple(order))
+        return v if v.type.shape == shape else t.op("reshape", v, shape=shape)
+
+    a = arrange(x, [*lb, *lf, *lc], (*batch, m, k))
+    b = arrange(y, [*rb, *rc, *rf], (*batch, k, n))
+    out = t.op("matmul", a, b)
+    final = (*batch, *(xs[i] for i in lf), *(ys[i] for i in rf))
+    if out.type.shape != final:
+        out = t.op("reshape", out, shape=final)
+    if preferred_element_type is not None and np.dtype(preferred_element_type).name != out.type.dtype:
+        out = t.op("cast", out, dtype=np.dtype(preferred_element_type).name)
+    return [out]
+
+
+_HANDLERS: dict[str, Callable[..., list[Value]]] = {
+    "transpose": _transpose,
+    "reshape": _reshape,
+    "squeeze": _squeeze,
+    "broadcast_in_dim": _broadcast_in_dim,
+    "reduce_max": _reduce("reduce_max"),
+    "reduce_sum": _reduce("reduce_sum"),
+    "convert_element_type": _convert,
+    "concatenate": _concatenate,
+    "slice": _slice,
+    "select_n": _select_n,
+    "integer_pow": _integer_pow,
+    "dot_general": _dot_general,
+}
+
+
+def trace(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traced:
+    """Trace ``fn(*args, **kwargs)`` (arrays or pytrees of arrays) into a Program."""
+    leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
+    for i, leaf in enumerate(leaves):
+        is_array = hasattr(leaf, "shape") and hasattr(leaf, "dtype")
+        if not is_array and not isinstance(leaf, int | float | bool):
+            raise UnsupportedError(
+                f"argument leaf {i} is a {type(leaf).__name__}, not an array; "
+                "mark such arguments static (static_argnums)"
+            )
+
+    def flat_fn(*flat: Any) -> Any:
+        a, kw = jax.tree_util.tree_unflatten(in_tree, flat)
+        return fn(*a, **kw)
+
+    try:
+        closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*leaves)
+    except UnsupportedError:
+        raise
+    except Exception as e:
+        raise UnsupportedError(f"cannot trace {getattr(fn, '__name__', fn)}: {type(e).__name__}: {e}") from e
+    out_tree = jax.tree_util.tree_structure(out_shape)
+    program = Program()
+    inputs = [
+        program.add_input(f"arg{i}", _type(v.aval, f"argument leaf {i}"))
+        for i, v in enumerate(closed.jaxpr.invars)
+    ]
+    outs = _Tracer(program).run(closed, inputs)
+    for i, v in enumerate(outs):
+        program.add_output(v, f"out{i}")
+    return Traced(program, in_tree, out_tree)
+
+
+def from_jax(fn: Callable[..., Any], *example_args: Any, **example_kwargs: Any) -> Program:
+    """The Program of ``fn`` traced at the shapes and dtypes of the example arguments."""
+    return trace(fn, *example_args, **example_kwargs).program
