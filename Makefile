@@ -26,3 +26,6 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+
+fuzz: $(STAMP)
+	EQSAT_FUZZ_EXAMPLES=$${EQSAT_FUZZ_EXAMPLES:-5000} $(PY) -m pytest tests/test_fuzz.py

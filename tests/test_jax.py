@@ -1,0 +1,161 @@
+"""JAX functions in: the frontend, ``eqsat.jit``, opaque primitives and clear errors."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import eqsat
+from eqsat import MiscompileError, UnsupportedError
+from eqsat.rules.base import rule
+
+RNG = np.random.default_rng(0)
+
+
+def _normal(*shape):
+    return jnp.asarray(RNG.normal(size=shape), jnp.float32)
+
+
+def mlp(params, x):
+    h = jax.nn.relu(x @ params["w1"] + params["b1"])
+    return jax.nn.softmax(h @ params["w2"] + params["b2"])
+
+
+def layer_norm(x, gamma, beta):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
+    return (x - mean) * lax.rsqrt(var + 1e-5) * gamma + beta
+
+
+def transformer_block(p, x, mask):
+    b, s, d = x.shape
+    h = 4
+
+    def heads(t):
+        return t.reshape(b, s, h, d // h).transpose(0, 2, 1, 3)
+
+    y = layer_norm(x, p["g1"], p["b1"])
+    q, k, v = heads(y @ p["wq"]), heads(y @ p["wk"]), heads(y @ p["wv"])
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(d // h)
+    scores = jnp.where(mask, scores, -1e9)
+    attn = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+    x = x + attn.transpose(0, 2, 1, 3).reshape(b, s, d) @ p["wo"]
+    z = layer_norm(x, p["g2"], p["b2"])
+    return x + jax.nn.gelu(z @ p["w1"]) @ p["w2"]
+
+
+def _block_args():
+    d = 16
+    p = {k: _normal(d, d) * 0.2 for k in ("wq", "wk", "wv", "wo")}
+    p |= {"w1": _normal(d, 4 * d) * 0.2, "w2": _normal(4 * d, d) * 0.2}
+    p |= {k: jnp.ones(d) for k in ("g1", "g2")} | {k: jnp.zeros(d) for k in ("b1", "b2")}
+    mask = jnp.tril(jnp.ones((8, 8), bool))
+    return p, _normal(2, 8, d), mask
+
+
+def _mlp_args():
+    p = {"w1": _normal(784, 128) * 0.05, "b1": _normal(128), "w2": _normal(128, 10) * 0.1, "b2": _normal(10)}
+    return p, _normal(4, 784)
+
+
+CASES = {
+    "mlp": (mlp, _mlp_args),
+    "layer_norm": (layer_norm, lambda: (_normal(3, 5, 32), _normal(32), _normal(32))),
+    "transformer_block": (transformer_block, _block_args),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_models_agree_with_jax_jit_and_print_canonical_ops(name):
+    fn, make_args = CASES[name]
+    args = make_args()
+    fast = eqsat.jit(fn, verify=True)
+    got, want = fast(*args), jax.jit(fn)(*args)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    (result,) = fast.results.values()
+    counts = result.program.op_counts()
+    opaque = sum(n for op, n in counts.items() if op not in eqsat.ops.OPS)
+    assert opaque <= 1, counts  # at most jnp.where's comparison
+    assert ("matmul" in counts) == (name != "layer_norm")
+
+
+def test_unknown_primitives_run_as_opaque():
+    def f(x):
+        return jnp.sort(jnp.exp(x.T).T, axis=-1) + lax.cumsum(x, axis=0)
+
+    x = _normal(4, 6)
+    fast = eqsat.jit(f)
+    np.testing.assert_allclose(fast(x), f(x), rtol=1e-6)
+    program = next(iter(fast.results.values())).program
+    assert {"sort", "cumsum"} <= set(program.op_counts())
+    assert "transpose" not in program.op_counts()
+
+
+def test_second_call_with_same_signature_does_not_reoptimize():
+    fast = eqsat.jit(lambda x, y: jnp.tanh(x) * y)
+    x = _normal(3, 4)
+    fast(x, x)
+    fast(x + 1, x)
+    assert fast.optimizations == 1
+    fast(_normal(5, 4), _normal(5, 4))
+    assert fast.optimizations == 2
+
+
+def test_pytrees_in_and_out_and_static_argnums():
+    @eqsat.jit(static_argnums=1)
+    def f(tree, axis):
+        return {"sum": tree["a"].sum(axis=axis), "pair": (tree["b"] * 2, tree["a"])}
+
+    tree = {"a": _normal(3, 4), "b": _normal(2)}
+    out = f(tree, 1)
+    np.testing.assert_allclose(out["sum"], tree["a"].sum(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(out["pair"][0], tree["b"] * 2)
+    assert f(tree, 0)["sum"].shape == (4,)
+    assert f.optimizations == 2
+
+
+def test_dot_general_with_any_dims_is_canonicalized():
+    def f(a, b):
+        return jnp.einsum("ikbj,jbkl->bil", a, b)
+
+    a, b = _normal(3, 2, 5, 4), _normal(4, 5, 2, 6)
+    program = eqsat.from_jax(f, a, b)
+    assert "dot_general" not in program.op_counts() and "matmul" in program.op_counts()
+    np.testing.assert_allclose(eqsat.jit(f)(a, b), f(a, b), rtol=1e-5, atol=1e-5)
+
+
+def test_closed_over_arrays_become_parameters():
+    w = _normal(4, 4)
+    program = eqsat.from_jax(lambda x: x @ w, _normal(2, 4))
+    assert [p.type.shape for p in program.params] == [(4, 4)]
+    assert program.params[0].name in program.param_values
+
+
+def test_non_array_arguments_give_a_clear_error():
+    with pytest.raises(UnsupportedError, match="static_argnums"):
+        eqsat.jit(lambda x, s: x)(_normal(2), "mode")
+
+
+def test_unsupported_dtypes_give_a_clear_error():
+    with pytest.raises(UnsupportedError, match="complex64"):
+        eqsat.from_jax(lambda x: x * 2, jnp.ones(3, jnp.complex64))
+
+
+def test_untraceable_function_gives_a_clear_error():
+    def f(x):
+        if x.sum() > 0:  # data-dependent Python control flow
+            return x
+        return -x
+
+    with pytest.raises(UnsupportedError, match="cannot trace f"):
+        eqsat.from_jax(f, _normal(3))
+
+
+def test_a_wrong_rule_is_caught_by_validate():
+    wrong = rule("tanh-is-identity", "deliberately wrong", "(Tanh x)", "x", example=lambda rng: {})
+    program = eqsat.from_jax(lambda x: jnp.tanh(x) * 3.0, _normal(4, 4))
+    with pytest.raises(MiscompileError, match="tanh-is-identity"):
+        eqsat.optimize(program, rules=[wrong], cost="nodes", verify=True)
