@@ -15,6 +15,7 @@ from typing import Literal
 from eqsat.errors import ShapeError
 from eqsat.ir import DTYPES, TensorType, Value
 from eqsat.shapes import (
+    Attention,
     Broadcast,
     Concat,
     FromAttr,
@@ -24,6 +25,7 @@ from eqsat.shapes import (
     SameAs,
     ShapeRule,
     SplitPart,
+    broadcast,
 )
 from eqsat.text import AttrValue
 
@@ -32,6 +34,12 @@ VARIADIC = -1
 AttrKind = Literal["int", "ints", "float", "str"]
 EGG_SORT: dict[str, str] = {"int": "i64", "ints": "IVec", "float": "f64", "str": "String"}
 FlopsFn = Callable[[Sequence[TensorType], TensorType, dict], float]
+FLASH_BLOCK = 512  # keys per step of the blocked (flash) attention lowering
+
+
+def flash_blocks(key_length: int) -> int:
+    """How many key blocks the flash lowering streams over."""
+    return -(-key_length // min(FLASH_BLOCK, key_length))
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class Attr:
     name: str
     kind: AttrKind
     default: AttrValue | None = None
+    choices: tuple[str, ...] = ()
 
 
 def _elementwise_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
@@ -51,8 +60,35 @@ def _no_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
 
 def _matmul_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
     x = ins[0].shape
-    k = x[-2] if attrs["transpose_x"] else x[-1]
+    k = x[-2] if attrs.get("transpose_x", 0) else x[-1]
     return 2.0 * out.size * k
+
+
+def _io_bytes(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    return float(sum(t.nbytes for t in ins) + out.nbytes)
+
+
+def _attention_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
+    scores = prod(q[:-1]) * k[-2]
+    return 2.0 * scores * q[-1] + 2.0 * scores * v[-1] + 5.0 * scores
+
+
+def _attention_bytes(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    """Naive attention writes the f32 scores and probabilities and reads them back: 4 S×S passes."""
+    q, k = ins[0].shape, ins[1].shape
+    return _io_bytes(ins, out, attrs) + 4 * 4.0 * prod(q[:-1]) * k[-2]
+
+
+def _flash_bytes(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    """Streaming keys: each block reads and writes the f32 accumulator and the (max, sum) stats."""
+    q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
+    state = 4.0 * prod(q[:-1]) * (v[-1] + 2)
+    return _io_bytes(ins, out, attrs) + 2 * state * flash_blocks(k[-2])
+
+
+def _flash_kernels(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    return float(flash_blocks(ins[1].shape[-2]))
 
 
 def _reduce_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
@@ -85,6 +121,29 @@ class Expand(FromAttr):
 
 
 @dataclass(frozen=True)
+class Linear(Matmul):
+    """``x @ w + b`` (``w`` transposed if ``transpose_y``), ``b`` of the output's last dim."""
+
+    def infer(self, shapes: Sequence[tuple[int, ...]], attrs: dict) -> tuple[int, ...]:
+        out = super().infer(shapes[:2], attrs)
+        if tuple(shapes[2]) != out[-1:]:
+            raise ShapeError(f"linear bias {shapes[2]} must be ({out[-1]},)")
+        return out
+
+
+@dataclass(frozen=True)
+class Fma(SameAs):
+    """``x * y + z``: the product broadcasts to exactly z's shape."""
+
+    index: int = 2
+
+    def infer(self, shapes: Sequence[tuple[int, ...]], attrs: dict) -> tuple[int, ...]:
+        if broadcast(shapes[0], shapes[1]) != shapes[2]:
+            raise ShapeError(f"fma: x*y of shapes {shapes[0]}, {shapes[1]} must have z's shape {shapes[2]}")
+        return shapes[2]
+
+
+@dataclass(frozen=True)
 class Select(SameAs):
     """``select(cond, x, y)``: x and y of one shape; cond of that shape or a scalar."""
 
@@ -108,7 +167,11 @@ class OpDef:
     shape: ShapeRule = field(default_factory=SameAs)
     dtype: int | str = 0
     flops: FlopsFn = _elementwise_flops
+    bytes: FlopsFn = _io_bytes
+    kernels: FlopsFn = lambda ins, out, attrs: 1.0
+    view: bool = False
     elementwise: bool = False
+    same_dtype: tuple[int, ...] = ()
     axis_attr: str | None = None
 
     @property
@@ -142,12 +205,13 @@ class OpDef:
 
     def infer(self, types: Sequence[TensorType], attrs: dict) -> TensorType:
         """The output type; raises :class:`ShapeError` with the reason if the operands do not fit."""
-        if self.elementwise and len(types) == 2 and types[0].dtype != types[1].dtype:
-            raise ShapeError(f"{self.name} of different dtypes {types[0].dtype} and {types[1].dtype}")
+        same = (0, 1) if self.elementwise and len(types) == 2 else self.same_dtype
+        if len({types[i].dtype for i in same}) > 1:
+            raise ShapeError(f"{self.name} of different dtypes {', '.join(types[i].dtype for i in same)}")
         if self.name == "concat" and len({t.dtype for t in types}) > 1:
             raise ShapeError("concat of different dtypes")
-        if self.name == "select" and (types[0].dtype != "bool" or types[1].dtype != types[2].dtype):
-            raise ShapeError("select needs a bool condition and two operands of one dtype")
+        if self.name == "select" and types[0].dtype != "bool":
+            raise ShapeError("select needs a bool condition")
         shape = self.shape.infer([t.shape for t in types], attrs)
         dtype = types[self.dtype].dtype if isinstance(self.dtype, int) else str(attrs[self.dtype])
         return TensorType(tuple(int(d) for d in shape), dtype)
@@ -169,6 +233,10 @@ def _coerce(op: str, attr: Attr, value: AttrValue) -> AttrValue:
             if isinstance(value, str):
                 if attr.name == "dtype" and value not in DTYPES:
                     raise ShapeError(f"{op}: unsupported dtype {value!r}")
+                if attr.choices and value not in attr.choices:
+                    raise ShapeError(
+                        f"{op}: {attr.name} must be one of {', '.join(attr.choices)}, got {value!r}"
+                    )
                 return value
     raise bad
 
@@ -191,6 +259,7 @@ _OPS = [
         FromAttr("shape"),
         "dtype",
         _no_flops,
+        view=True,
     ),
     OpDef(
         "matmul",
@@ -200,6 +269,7 @@ _OPS = [
         Matmul(),
         0,
         _matmul_flops,
+        same_dtype=(0, 1),
     ),
     _binary("add", "x + y (broadcasting)"),
     _binary("sub", "x - y (broadcasting)"),
@@ -243,8 +313,9 @@ _OPS = [
         (Attr("shape", "ints"),),
         Reshape(),
         flops=_no_flops,
+        view=True,
     ),
-    OpDef("expand", 1, "broadcast to shape", (Attr("shape", "ints"),), Expand(), flops=_no_flops),
+    OpDef("expand", 1, "broadcast to shape", (Attr("shape", "ints"),), Expand(), flops=_no_flops, view=True),
     OpDef(
         "concat", VARIADIC, "concatenate along axis", (_AXIS,), Concat(), flops=_no_flops, axis_attr="axis"
     ),
@@ -255,6 +326,7 @@ _OPS = [
         (_AXIS, Attr("sizes", "ints"), Attr("index", "int")),
         SplitPart(),
         flops=_no_flops,
+        view=True,
         axis_attr="axis",
     ),
     OpDef(
@@ -275,7 +347,54 @@ _OPS = [
         flops=_reduce_flops,
         axis_attr="axis",
     ),
-    OpDef("select", 3, "where(cond, x, y): x where cond is true, else y", shape=Select(), dtype=1),
+    OpDef(
+        "linear",
+        3,
+        "x @ w + b, then the epilogue act (none, relu, gelu): one kernel",
+        (Attr("transpose_y", "int", 0), Attr("act", "str", "none", ("none", "relu", "gelu"))),
+        Linear(),
+        flops=_matmul_flops,
+        same_dtype=(0, 1, 2),
+    ),
+    OpDef(
+        "fma",
+        3,
+        "x * y + z in one pass",
+        shape=Fma(),
+        dtype=2,
+        flops=lambda i, o, a: 2.0 * o.size,
+        same_dtype=(0, 1, 2),
+    ),
+    OpDef(
+        "attention",
+        4,
+        "softmax(q kᵀ·scale + mask) v, scores materialized (q, k, v, mask)",
+        (Attr("scale", "float"),),
+        Attention(),
+        flops=_attention_flops,
+        bytes=_attention_bytes,
+        kernels=lambda i, o, a: 3.0,
+        same_dtype=(0, 1, 2, 3),
+    ),
+    OpDef(
+        "flash_attention",
+        4,
+        "attention streamed over key blocks with the online (stats-form) softmax: no S×S scores",
+        (Attr("scale", "float"),),
+        Attention(),
+        flops=_attention_flops,
+        bytes=_flash_bytes,
+        kernels=_flash_kernels,
+        same_dtype=(0, 1, 2, 3),
+    ),
+    OpDef(
+        "select",
+        3,
+        "where(cond, x, y): x where cond is true, else y",
+        shape=Select(),
+        dtype=1,
+        same_dtype=(1, 2),
+    ),
     OpDef(
         "softmax",
         1,

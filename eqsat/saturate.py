@@ -2,7 +2,9 @@
 
 egglog's run API has no node limit or timeout, so the runner steps one iteration at a time and checks
 the e-graph size and the clock between iterations. Each iteration re-runs the shape/dtype analyses to
-a fixpoint first, so guards see every new node's type.
+a fixpoint, so guards see every new node's type. Rules run under egglog's back-off scheduler: a rule
+matching more than ``match_limit`` times in an iteration is banned for a few iterations (its matches
+dropped), which bounds how much one iteration can grow the e-graph before the limits are checked.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class Limits:
     max_iterations: int = 30
     max_nodes: int = 20_000
     timeout_s: float = 10.0
+    match_limit: int = 2_000
+    ban_length: int = 5
 
 
 @dataclass
@@ -72,7 +76,9 @@ def sizes(egraph: bindings.EGraph) -> tuple[int, int]:
 
 def install(egraph: bindings.EGraph, rules: Iterable[Rule]) -> None:
     """Add rules to the e-graph's rewrite ruleset."""
-    text = "\n".join(line for r in rules for line in r.egglog(REWRITES))
+    rules = list(rules)
+    preludes = dict.fromkeys(line for r in rules for line in r.prelude)
+    text = "\n".join([*preludes, *(line for r in rules for line in r.egglog(REWRITES))])
     if text:
         egraph.parse_and_run_program(text)
 
@@ -86,10 +92,13 @@ def saturate(
     limits = limits or Limits()
     report = SaturationReport()
     start = time.perf_counter()
-    egraph.parse_and_run_program(f"(run-schedule (saturate {ANALYSIS}))")
+    backoff = f"(back-off :match-limit {limits.match_limit} :ban-length {limits.ban_length})"
+    egraph.parse_and_run_program(f"(let-scheduler backoff {backoff})\n(run-schedule (saturate {ANALYSIS}))")
     for index in range(limits.max_iterations):
         t0 = time.perf_counter()
-        out = egraph.parse_and_run_program(f"(run-schedule (run {REWRITES}) (saturate {ANALYSIS}))")
+        out = egraph.parse_and_run_program(
+            f"(run-schedule (run-with backoff {REWRITES}) (saturate {ANALYSIS}))"
+        )
         run = out[0].report
         nodes, classes = sizes(egraph)
         matches = {
@@ -99,7 +108,7 @@ def saturate(
         report.iterations.append(it)
         if progress:
             progress(it)
-        if not any(matches.values()) or not run.updated:
+        if not run.updated and run.can_stop:
             report.stop_reason = "saturated"
         elif nodes > limits.max_nodes:
             report.stop_reason = f"node limit ({nodes} > {limits.max_nodes} e-nodes)"

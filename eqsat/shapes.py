@@ -141,21 +141,45 @@ class Matmul(ShapeRule):
         x, y = shapes
         if len(x) < 2 or len(y) < 2:
             raise ShapeError(f"matmul needs rank >= 2 operands, got {x} and {y}")
-        m, kx = (x[-1], x[-2]) if attrs["transpose_x"] else (x[-2], x[-1])
+        m, kx = (x[-1], x[-2]) if attrs.get("transpose_x", 0) else (x[-2], x[-1])
         ky, n = (y[-1], y[-2]) if attrs["transpose_y"] else (y[-2], y[-1])
         if kx != ky:
             raise ShapeError(f"matmul contracts {kx} with {ky} (shapes {x} and {y})")
         return (*broadcast(x[:-2], y[:-2]), m, n)
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
-        sx, sy, tx, ty = pattern["s0"], pattern["s1"], pattern["transpose_x"], pattern["transpose_y"]
+        sx, sy, ty = pattern["s0"], pattern["s1"], pattern["transpose_y"]
+        tx = pattern.get("transpose_x")  # absent: never transposed (linear)
         rules = []
         for rx, ry, fx, fy in product(range(2, MAX_RANK + 1), range(2, MAX_RANK + 1), (0, 1), (0, 1)):
+            if tx is None and fx:
+                continue
             m = f"(vec-get {sx} {rx - 1 if fx else rx - 2})"
             n = f"(vec-get {sy} {ry - 2 if fy else ry - 1})"
-            facts = f"(= (vec-length {sx}) {rx}) (= (vec-length {sy}) {ry}) (= {tx} {fx}) (= {ty} {fy})"
+            facts = f"(= (vec-length {sx}) {rx}) (= (vec-length {sy}) {ry}) (= {ty} {fy})"
+            facts += f" (= {tx} {fx})" if tx else ""
             rules.append((facts, vec([*_egg_broadcast(sx, rx - 2, sy, ry - 2), m, n])))
         return rules
+
+
+@dataclass(frozen=True)
+class Attention(ShapeRule):
+    """``softmax(q kᵀ·scale + mask) v``: q (..., Sq, D), k (..., Sk, D), v (..., Sk, Dv) -> (..., Sq, Dv)."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        q, k, v, mask = shapes
+        if not (len(q) == len(k) == len(v) >= 2) or q[:-2] != k[:-2] or k[:-2] != v[:-2]:
+            raise ShapeError(f"attention needs q, k, v of one rank and batch dims, got {q}, {k}, {v}")
+        if q[-1] != k[-1] or k[-2] != v[-2]:
+            raise ShapeError(f"attention of q {q}, k {k}, v {v}: head dims or key lengths differ")
+        scores = (*q[:-1], k[-2])
+        if broadcast(mask, scores) != scores:
+            raise ShapeError(f"attention mask {mask} does not broadcast to the scores {scores}")
+        return (*q[:-1], v[-1])
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        q, v = pattern["s0"], pattern["s2"]
+        return [("", f"(vec-set {q} (- (vec-length {q}) 1) (vec-get {v} (- (vec-length {v}) 1)))")]
 
 
 @dataclass(frozen=True)

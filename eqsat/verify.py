@@ -81,11 +81,10 @@ def check_rule(rule: Rule, seed: int = 0) -> RuleCheck:
     bindings = rule.example(rng)
     program = Program()
     egg: dict[str, str] = {}
-    leaves: dict[str, Value] = {}
     cmds = []
     for name, value in bindings.items():
         if isinstance(value, TensorType):
-            leaves[name] = program.add_input(name, value)
+            program.add_input(name, value)
             egg[name] = f"$in_{name}"
             cmds += [
                 f'(let $in_{name} (Input "{name}"))',
@@ -94,50 +93,71 @@ def check_rule(rule: Rule, seed: int = 0) -> RuleCheck:
             ]
         else:
             egg[name] = literal(value)
+    leaves = {v.name: v for v in program.inputs if v.name}
     args = [random_array(v.type, rng) for v in program.inputs]
-    lhs_list = list(dict.fromkeys(v.lhs for v in rule.variants))
-    compared = 0
-    fired_any = False
-    for k, lhs in enumerate(lhs_list):
-        root = f"$root{k}"
-        enc = Encoding("", [root], leaves)
-        egraph = new_egraph()
-        egraph.parse_and_run_program("\n".join([*cmds, f"(let {root} {_substitute(lhs, egg)})"]))
-        egraph.parse_and_run_program("(run-schedule (saturate analysis))")
-        before = Serialized(egraph.serialize([]).to_json())
-        if before.roots.get(root) not in before.types:
-            continue  # this LHS is ill-typed for the example (another variant's shape): nothing to check
-        original = decode(before, enc, greedy_dag(before, NodeCount()), _shell(program))
-        expected = _evaluate(original, args)
-        install(egraph, [rule])
-        egraph.parse_and_run_program("(run-schedule (run rewrites) (saturate analysis))")
-        after = Serialized(egraph.serialize([]).to_json())
-        root_class = after.roots[root]
-        best = greedy_dag(after, NodeCount())
-        alternatives = [
-            n
-            for n in after.classes[root_class]
-            if not any(root_class in best.uses(c) for c in n.children if c in after.classes)
-        ]
-        fired_any |= len(after.classes[root_class]) > 1
-        for node in alternatives:
+    instances = list(dict.fromkeys(v.roots for v in rule.variants))
+    compared, fired = 0, False
+    for roots in instances:
+        n, grew = _check_instance(rule, roots, cmds, egg, leaves, program, args, bindings)
+        compared, fired = compared + n, fired or grew
+    if not fired:
+        raise EqsatError(f"rule {rule.name} did not fire on its example {bindings}")
+    return RuleCheck(rule.name, compared, [r for roots in instances for r in roots])
+
+
+def _check_instance(
+    rule: Rule,
+    roots: tuple[str, ...],
+    cmds: list[str],
+    egg: dict[str, str],
+    leaves: dict[str, Value],
+    program: Program,
+    args: list[Any],
+    bindings: dict[str, Any],
+) -> tuple[int, bool]:
+    """Instantiate ``roots`` in one e-graph, apply the rule once, compare every term of each root class.
+
+    Returns (terms compared, whether some root class gained a term).
+    """
+    names = [f"$root{k}" for k in range(len(roots))]
+    egraph = new_egraph()
+    lets = [f"(let {n} {_substitute(r, egg)})" for n, r in zip(names, roots, strict=True)]
+    egraph.parse_and_run_program("\n".join([*cmds, *lets]))
+    egraph.parse_and_run_program("(run-schedule (saturate analysis))")
+    before = Serialized(egraph.serialize([]).to_json())
+    if any(before.roots[n] not in before.types for n in names):
+        return 0, False  # ill-typed for this example (another variant's rank or dtype): nothing to check
+    choose = greedy_dag(before, NodeCount())
+    expected = {
+        n: _evaluate(decode(before, Encoding("", [n], leaves), choose, _shell(program)), args)[0]
+        for n in names
+    }
+    install(egraph, [rule])
+    egraph.parse_and_run_program("(run-schedule (saturate analysis) (run rewrites) (saturate analysis))")
+    after = Serialized(egraph.serialize([]).to_json())
+    best = greedy_dag(after, NodeCount())
+    compared, grew = 0, False
+    for n, pattern in zip(names, roots, strict=True):
+        rc = after.roots[n]
+        grew |= len(after.classes[rc]) > 1
+        for node in after.classes[rc]:
+            if any(rc in best.uses(c) for c in node.children if c in after.classes):
+                continue  # a cycle through the root itself (x = f(x)): not a term
             rewritten = decode(
                 after,
-                enc,
-                lambda c, node=node, rc=root_class, best=best: node if c == rc else best(c),
+                Encoding("", [n], leaves),
+                lambda c, node=node, rc=rc: node if c == rc else best(c),
                 _shell(program),
             )
-            got = _evaluate(rewritten, args)
-            diff = _compare(expected[0], got[0], original.outputs[0].type.dtype)
+            got = _evaluate(rewritten, args)[0]
+            diff = _compare(expected[n], got, rewritten.outputs[0].type.dtype)
             if diff is not None:
                 raise MiscompileError(
-                    f"rule {rule.name}: {lhs} rewrote to\n{rewritten}\nwhich differs by {diff:g} "
+                    f"rule {rule.name}: {pattern} rewrote to\n{rewritten}\nwhich differs by {diff:g} "
                     f"(example {bindings})"
                 )
             compared += 1
-    if not fired_any:
-        raise EqsatError(f"rule {rule.name} did not fire on its example {bindings}")
-    return RuleCheck(rule.name, compared, lhs_list)
+    return compared, grew
 
 
 def _shell(program: Program) -> Program:

@@ -100,3 +100,16 @@ def _select(cond: Array, x: Array, y: Array) -> Array:
 @register("softmax")
 def _softmax(x: Array, *, axis: int) -> Array:
     return jax.nn.softmax(x, axis=axis)
+
+
+_ACTIVATIONS = {"none": lambda x: x, "relu": jax.nn.relu, "gelu": _gelu}
+
+
+@register("linear")
+def _linear(x: Array, w: Array, b: Array, *, transpose_y: int, act: str) -> Array:
+    return _ACTIVATIONS[act](_matmul(x, w, transpose_x=0, transpose_y=transpose_y) + b)
+
+
+@register("fma")
+def _fma(x: Array, y: Array, z: Array) -> Array:
+    return x * y + z

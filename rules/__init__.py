@@ -7,17 +7,18 @@ Each rule has a name, a one-line reason, egglog patterns and an example that
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from .base import Rule
 
 
 def _load() -> dict[str, list[Rule]]:
-    from . import cast, fold, reshape, transpose
+    from . import algebra, attention, cast, fold, fusion, reshape, softmax, transpose
 
     themes = {}
-    for module in (transpose, reshape, cast, fold):
+    for module in (transpose, reshape, cast, fold, algebra, fusion, softmax, attention):
         theme = module.__name__.rsplit(".", 1)[-1]
-        themes[theme] = [Rule(r.name, r.reason, r.variants, r.example, theme) for r in module.RULES]
+        themes[theme] = [replace(r, theme=theme) for r in module.RULES]
     return themes
 
 

@@ -20,9 +20,32 @@ Example = Callable[[Any], dict[str, Any]]
 
 @dataclass(frozen=True)
 class Variant:
+    """``lhs -> rhs`` if every fact in ``when`` holds."""
+
     lhs: str
     rhs: str
     when: tuple[str, ...] = ()
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        return (self.lhs,)
+
+    def egglog(self, ruleset: str, name: str) -> str:
+        when = f" :when ({' '.join(self.when)})" if self.when else ""
+        return f'(rewrite {self.lhs} {self.rhs}{when} :ruleset {ruleset} :name "{name}")'
+
+
+@dataclass(frozen=True)
+class MultiVariant:
+    """A rule over several matched terms (``facts`` -> ``actions``, e.g. unions), such as merging two
+    matmuls that share an input; ``roots`` are the terms its check instantiates."""
+
+    facts: tuple[str, ...]
+    actions: tuple[str, ...]
+    roots: tuple[str, ...]
+
+    def egglog(self, ruleset: str, name: str) -> str:
+        return f'(rule ({" ".join(self.facts)}) ({" ".join(self.actions)}) :ruleset {ruleset} :name "{name}")'
 
 
 @dataclass(frozen=True)
@@ -35,17 +58,16 @@ class Rule:
 
     name: str
     reason: str
-    variants: tuple[Variant, ...]
+    variants: tuple[Variant | MultiVariant, ...]
     example: Example = field(compare=False, repr=False)
     theme: str = ""
+    prelude: tuple[str, ...] = ()
 
     def egglog(self, ruleset: str) -> list[str]:
-        out = []
-        for i, v in enumerate(self.variants):
-            when = f" :when ({' '.join(v.when)})" if v.when else ""
-            suffix = f"#{i}" if len(self.variants) > 1 else ""
-            out.append(f'(rewrite {v.lhs} {v.rhs}{when} :ruleset {ruleset} :name "{self.name}{suffix}")')
-        return out
+        many = len(self.variants) > 1
+        return [
+            v.egglog(ruleset, f"{self.name}#{i}" if many else self.name) for i, v in enumerate(self.variants)
+        ]
 
 
 def rule(name: str, reason: str, lhs: str, rhs: str, *when: str, example: Example) -> Rule:

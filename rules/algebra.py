@@ -1,0 +1,166 @@
+"""Algebra: matmul reassociation, scale hoisting, transposes folded into matmul flags, distributivity.
+
+Reassociation can grow the e-graph combinatorially on long chains; the runner's node and time limits
+bound it, and the cost model picks the chain order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eqsat.ir import TensorType
+
+from .base import Rule, Variant, rule, vec
+
+F32 = "float32"
+
+
+def _both(lhs: str, rhs: str, *when: str) -> tuple[Variant, Variant]:
+    return Variant(lhs, rhs, when), Variant(rhs, lhs, when)
+
+
+def _same_rank(*names: str) -> tuple[str, ...]:
+    first, *rest = names
+    return tuple(f"(= (vec-length (shape {first})) (vec-length (shape {n})))" for n in rest)
+
+
+def _chain(rng: Any) -> dict[str, Any]:
+    m, k, n, p = (int(d) for d in rng.integers(1, 6, 4))
+    return {
+        "a": TensorType((m, k), F32),
+        "b": TensorType((k, n), F32),
+        "c": TensorType((n, p), F32),
+        "bt": TensorType((n, k), F32),
+        "ct": TensorType((p, n), F32),
+        "at": TensorType((k, m), F32),
+    }
+
+
+def _scaled(rng: Any) -> dict[str, Any]:
+    m, k, n = (int(d) for d in rng.integers(1, 6, 3))
+    return {
+        "x": TensorType((2, m, k), F32),
+        "y": TensorType((2, k, n), F32),
+        "c": float(rng.normal()),
+        "c2": float(rng.normal()),
+    }
+
+
+def _swap(r: int) -> str:
+    return vec([*map(str, range(r - 2)), str(r - 1), str(r - 2)])
+
+
+def _transpose_flags(r: int) -> tuple[Variant, ...]:
+    swap = f"(= p {_swap(r)})"
+    return (
+        Variant("(Matmul x (Transpose y p) tx 0)", "(Matmul x y tx 1)", (swap,)),
+        Variant("(Matmul x (Transpose y p) tx 1)", "(Matmul x y tx 0)", (swap,)),
+        Variant("(Matmul (Transpose x p) y 0 ty)", "(Matmul x y 1 ty)", (swap,)),
+        Variant("(Matmul (Transpose x p) y 1 ty)", "(Matmul x y 0 ty)", (swap,)),
+    )
+
+
+def _transposed_operands(rng: Any) -> dict[str, Any]:
+    r = int(rng.integers(2, 5))
+    batch = tuple(int(d) for d in rng.integers(1, 3, r - 2))
+    d = int(rng.integers(2, 5))  # square: every variant's operands fit, whatever the flags
+    perm = (*range(r - 2), r - 1, r - 2)
+    return {
+        "x": TensorType((*batch, d, d), F32),
+        "y": TensorType((*batch, d, d), F32),
+        "p": perm,
+        "tx": int(rng.integers(0, 2)),
+        "ty": int(rng.integers(0, 2)),
+    }
+
+
+def _distribute(rng: Any) -> dict[str, Any]:
+    m, k, n = (int(d) for d in rng.integers(1, 6, 3))
+    return {
+        "x": TensorType((m, k), F32),
+        "y": TensorType((m, k), F32),
+        "w": TensorType((k, n), F32),
+        "wl": TensorType((n, m), F32),
+    }
+
+
+RULES = [
+    Rule(
+        "matmul-assoc",
+        "(AB)C = A(BC), also with transposed operands; the cost model picks the cheaper order",
+        (
+            *_both(
+                "(Matmul (Matmul a b 0 0) c 0 0)",
+                "(Matmul a (Matmul b c 0 0) 0 0)",
+                *_same_rank("a", "b", "c"),
+            ),
+            *_both(
+                "(Matmul (Matmul a b 0 0) ct 0 1)",
+                "(Matmul a (Matmul b ct 0 1) 0 0)",
+                *_same_rank("a", "b", "ct"),
+            ),
+            *_both(
+                "(Matmul at (Matmul b c 0 0) 1 0)",
+                "(Matmul (Matmul at b 1 0) c 0 0)",
+                *_same_rank("at", "b", "c"),
+            ),
+        ),
+        _chain,
+    ),
+    Rule(
+        "scale-through-matmul",
+        "(c·x)·y = c·(x·y) = x·(c·y): the scale moves to whichever tensor is smallest",
+        (
+            *_both("(Matmul (Scale x c 0.0) y tx ty)", "(Scale (Matmul x y tx ty) c 0.0)"),
+            *_both("(Matmul x (Scale y c 0.0) tx ty)", "(Scale (Matmul x y tx ty) c 0.0)"),
+        ),
+        lambda rng: {**_scaled(rng), "tx": 0, "ty": 0},
+    ),
+    rule(
+        "scale-compose",
+        "two scales without bias are one scale by the product",
+        "(Scale (Scale x c 0.0) c2 0.0)",
+        "(Scale x (* c c2) 0.0)",
+        example=_scaled,
+    ),
+    Rule(
+        "scalar-mul-to-scale",
+        "multiplying by a scalar constant is a scale",
+        (
+            Variant("(Mul x (Full (vec-empty) c d))", "(Scale x c 0.0)"),
+            Variant("(Mul (Full (vec-empty) c d) x)", "(Scale x c 0.0)"),
+        ),
+        lambda rng: {**_scaled(rng), "d": F32},
+    ),
+    rule(
+        "scalar-div-to-scale",
+        "dividing by a nonzero scalar constant is a scale by its inverse (within 1 ulp)",
+        "(Div x (Full (vec-empty) c d))",
+        "(Scale x (/ 1.0 c) 0.0)",
+        "(!= c 0.0)",
+        example=lambda rng: {**_scaled(rng), "c": float(rng.uniform(0.5, 2.0)), "d": F32},
+    ),
+    Rule(
+        "transpose-into-matmul",
+        "a transpose of the last two dims of a matmul operand is the operand's transpose flag",
+        tuple(v for r in range(2, 7) for v in _transpose_flags(r)),
+        _transposed_operands,
+    ),
+    Rule(
+        "matmul-distribute",
+        "x@w + y@w = (x+y)@w and w@x + w@y = w@(x+y): one matmul instead of two",
+        (
+            Variant(
+                "(Add (Matmul x w 0 0) (Matmul y w 0 0))",
+                "(Matmul (Add x y) w 0 0)",
+                ("(= (shape x) (shape y))",),
+            ),
+            Variant(
+                "(Add (Matmul wl x 0 0) (Matmul wl y 0 0))",
+                "(Matmul wl (Add x y) 0 0)",
+                ("(= (shape x) (shape y))",),
+            ),
+        ),
+        _distribute,
+    ),
+]

@@ -1,0 +1,114 @@
+"""Fusion: matmul + bias -> linear, linear + activation epilogue, mul + add -> fma, and merging
+matmuls that share their input (Q/K/V projections) into one matmul over concatenated weights.
+
+Each fused form is only an alternative in the e-graph: the cost model decides whether it pays (a merged
+QKV matmul saves launches on a GPU, but pays the weight concat and is slower on a CPU).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eqsat.egraph import ANALYSIS
+from eqsat.ir import TensorType
+
+from .base import MultiVariant, Rule, Variant, vec
+
+F32 = "float32"
+
+
+def _bias_variants(r: int) -> tuple[Variant, ...]:
+    mm = "(Matmul x w 0 ty)"
+    when = (f"(= s (shape {mm}))", f"(= (vec-length s) {r})", f"(= (shape b) (vec-of (vec-get s {r - 1})))")
+    return (
+        Variant(f"(Add {mm} b)", '(Linear x w b ty "none")', when),
+        Variant(f"(Add b {mm})", '(Linear x w b ty "none")', when),
+    )
+
+
+def _linear_example(rng: Any) -> dict[str, Any]:
+    r = int(rng.integers(2, 5))
+    batch = tuple(int(d) for d in rng.integers(1, 3, r - 2))
+    m, k, n = (int(d) for d in rng.integers(1, 6, 3))
+    ty = int(rng.integers(0, 2))
+    return {
+        "x": TensorType((*batch, m, k), F32),
+        "w": TensorType((n, k) if ty else (k, n), F32),
+        "b": TensorType((n,), F32),
+        "ty": ty,
+    }
+
+
+def _merge(kind: str, n: int, r: int) -> MultiVariant:
+    """n matmuls (or linears) reading the same x -> one over concatenated weights, split back."""
+    idx = range(1, n + 1)
+    term = {i: f"(Matmul x w{i} 0 0)" if kind == "matmul" else f"(Linear x w{i} b{i} 0 act)" for i in idx}
+    facts = [f"(= m{i} {term[i]})" for i in idx]
+    facts += [f"(!= w{i} w{j})" for i in idx for j in idx if i < j]
+    facts += [f"(= sw{i} (shape w{i}))" for i in idx] + [f"(= (vec-length sw{i}) 2)" for i in idx]
+    facts += [f"(constant-weight w{i})" for i in idx]
+    facts.append(f"(= (vec-length (shape m1)) {r})")
+
+    def tlist(names: list[str]) -> str:
+        out = "(TNil)"
+        for name in reversed(names):
+            out = f"(TCons {name} {out})"
+        return out
+
+    weights = f"(Concat {tlist([f'w{i}' for i in idx])} 1)"
+    merged = (
+        f"(Matmul x {weights} 0 0)"
+        if kind == "matmul"
+        else f"(Linear x {weights} (Concat {tlist([f'b{i}' for i in idx])} 0) 0 act)"
+    )
+    sizes = vec(f"(vec-get sw{i} 1)" for i in idx)
+    actions = tuple(f"(union m{i} (Split {merged} {r - 1} {sizes} {i - 1}))" for i in idx)
+    return MultiVariant(tuple(facts), actions, tuple(term[i] for i in idx))
+
+
+def _merge_example(rng: Any) -> dict[str, Any]:
+    m, k = (int(d) for d in rng.integers(1, 6, 2))
+    ns = [int(d) for d in rng.integers(1, 6, 3)]
+    weights = {f"w{i + 1}": TensorType((k, n), F32) for i, n in enumerate(ns)}
+    biases = {f"b{i + 1}": TensorType((n,), F32) for i, n in enumerate(ns)}
+    return {"x": TensorType((2, m, k), F32), **weights, **biases, "act": "relu"}
+
+
+RULES = [
+    Rule(
+        "matmul-bias-to-linear",
+        "a matmul followed by a bias add over its last dim is one linear kernel",
+        tuple(v for r in range(2, 7) for v in _bias_variants(r)),
+        _linear_example,
+    ),
+    Rule(
+        "linear-activation-epilogue",
+        "relu/gelu of a linear runs in its epilogue: no extra memory round trip",
+        (
+            Variant('(Relu (Linear x w b ty "none"))', '(Linear x w b ty "relu")'),
+            Variant('(Gelu (Linear x w b ty "none"))', '(Linear x w b ty "gelu")'),
+        ),
+        _linear_example,
+    ),
+    Rule(
+        "mul-add-to-fma",
+        "x*y + z in one pass instead of two",
+        (
+            Variant("(Add (Mul x y) z)", "(Fma x y z)", ("(= (shape (Mul x y)) (shape z))",)),
+            Variant("(Add z (Mul x y))", "(Fma x y z)", ("(= (shape (Mul x y)) (shape z))",)),
+        ),
+        lambda rng: {k: TensorType((3, 4), F32) for k in "xyz"},
+    ),
+    Rule(
+        "merge-shared-input-matmuls",
+        "matmuls (or linears) of one input by 2 or 3 weights are one matmul by the concatenated weights",
+        tuple(_merge(kind, n, r) for kind in ("matmul", "linear") for n in (2, 3) for r in range(2, 7)),
+        _merge_example,
+        prelude=(
+            # Only weights that are parameters or constants merge, so merged matmuls never merge again.
+            "(relation constant-weight (Tensor))",
+            f"(rule ((= w (Input n))) ((constant-weight w)) :ruleset {ANALYSIS})",
+            f"(rule ((= w (Full s v d))) ((constant-weight w)) :ruleset {ANALYSIS})",
+        ),
+    ),
+]

@@ -1,0 +1,99 @@
+"""Softmax and its stats form (ByteIR's ``linalg_ext.softmax``): ``softmax(x) = exp(x - m) / l`` with
+``m = max(x)``, ``l = sum(exp(x - m))``; over blocks the stats compose: ``m = max(m1, m2)`` and
+``l = l1·exp(m1 - m) + l2·exp(m2 - m)`` — the identities flash attention streams with.
+
+The same rules recognize softmax written out by hand or by ``jax.nn.softmax`` (whose max is taken
+against ``-inf`` and whose reductions drop the axis and reshape it back).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eqsat.ir import TensorType
+
+from .base import Rule, Variant, rand_shape, rule
+
+F32 = "float32"
+
+
+def _stats(x: str, a: str) -> tuple[str, str]:
+    m = f"(ReduceMax {x} {a} 1)"
+    e = f"(Exp (Sub {x} {m}))"
+    return e, f"(ReduceSum {e} {a} 1)"
+
+
+def _x_axis(rng: Any) -> dict[str, Any]:
+    shape = rand_shape(rng, int(rng.integers(1, 4)))
+    return {"x": TensorType(shape, F32), "a": int(rng.integers(len(shape)))}
+
+
+def _blocks(rng: Any) -> dict[str, Any]:
+    ex = _x_axis(rng)
+    other = list(ex["x"].shape)
+    other[ex["a"]] = int(rng.integers(1, 5))
+    stats_shape = list(ex["x"].shape)
+    stats_shape[ex["a"]] = 1
+    return {**ex, "x2": TensorType(tuple(other), F32), "m": TensorType(tuple(stats_shape), F32)}
+
+
+_E, _L = _stats("x", "a")
+
+RULES = [
+    Rule(
+        "softmax-stats-form",
+        "softmax(x) = exp(x - m) / l with m = max(x), l = sum(exp(x - m)) (both directions)",
+        (Variant("(Softmax x a)", f"(Div {_E} {_L})"), Variant(f"(Div {_E} {_L})", "(Softmax x a)")),
+        _x_axis,
+    ),
+    Rule(
+        "block-stats-max",
+        "the max over two blocks is the max of the blocks' maxes",
+        (
+            Variant(
+                "(ReduceMax (Concat (TCons x (TCons x2 (TNil))) a) a 1)",
+                "(Maximum (ReduceMax x a 1) (ReduceMax x2 a 1))",
+            ),
+        ),
+        _blocks,
+    ),
+    Rule(
+        "block-stats-sum",
+        "the sum over two blocks is the sum of the blocks' sums",
+        (
+            Variant(
+                "(ReduceSum (Concat (TCons x (TCons x2 (TNil))) a) a 1)",
+                "(Add (ReduceSum x a 1) (ReduceSum x2 a 1))",
+            ),
+        ),
+        _blocks,
+    ),
+    rule(
+        "stats-rescale",
+        "sum(exp(x - m)) = sum(exp(x - max(x))) * exp(max(x) - m): a block's sum rescaled to a new max",
+        "(ReduceSum (Exp (Sub x m)) a 1)",
+        "(Mul (ReduceSum (Exp (Sub x (ReduceMax x a 1))) a 1) (Exp (Sub (ReduceMax x a 1) m)))",
+        "(= (shape m) (vec-set (shape x) a 1))",
+        example=_blocks,
+    ),
+    Rule(
+        "max-with-neg-inf",
+        "max(-inf, y) = y (a scalar -inf broadcast against y)",
+        (
+            Variant("(Maximum (Full (vec-empty) -inf d) y)", "y"),
+            Variant("(Maximum y (Full (vec-empty) -inf d))", "y"),
+        ),
+        lambda rng: {"y": TensorType(rand_shape(rng, 2), F32), "d": F32},
+    ),
+    Rule(
+        "reduce-keepdim",
+        "a reduction that drops the axis, reshaped to put it back, is the reduction keeping it",
+        (
+            Variant("(Reshape (ReduceMax x a 0) s)", "(ReduceMax x a 1)", ("(= s (vec-set (shape x) a 1))",)),
+            Variant("(Reshape (ReduceSum x a 0) s)", "(ReduceSum x a 1)", ("(= s (vec-set (shape x) a 1))",)),
+        ),
+        lambda rng: (
+            lambda ex: {**ex, "s": tuple(1 if i == ex["a"] else d for i, d in enumerate(ex["x"].shape))}
+        )(_x_axis(rng)),
+    ),
+]
