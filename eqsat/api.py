@@ -74,7 +74,7 @@ class OptimizeResult:
 def optimize(
     program: Program,
     rules: Iterable[Rule | str] | None = None,
-    cost: str | CostModel | Callable[..., float] = "flops",
+    cost: str | CostModel | Callable[..., float] = "roofline",
     limits: Limits | None = None,
     progress: Callable[[Iteration], None] | None = None,
     verify: bool = False,

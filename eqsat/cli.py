@@ -107,7 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     opt.add_argument("file", help="a .pir dump or eqsat text file")
     opt.add_argument("--rules", help="comma-separated themes or rule names (default: all)")
-    opt.add_argument("--cost", default="flops", help="cost model: nodes or flops (default: flops)")
+    opt.add_argument(
+        "--cost",
+        default="roofline",
+        help="cost model: nodes, flops, roofline (this JAX backend) or roofline:DEVICE "
+        "with DEVICE in cpu, h100, tpu-v5e (default: roofline)",
+    )
     opt.add_argument("--max-iterations", type=int, default=30, help="saturation iterations (default: 30)")
     opt.add_argument("--max-nodes", type=int, default=20_000, help="e-node limit (default: 20000)")
     opt.add_argument("--timeout", type=float, default=10.0, help="saturation time limit in s (default: 10)")

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from eqsat.ir import Program, TensorType
-from eqsat.ops import OPAQUE, OPS
+import jax
 
-# Ops that XLA turns into a bitcast or fuses into their consumer: no memory round trip of their own.
-VIEW_OPS = frozenset({"reshape", "full", "expand"})
+from eqsat.devices import Device, get_device
+from eqsat.ir import Program, TensorType
+from eqsat.ops import OPAQUE, OPS, Kernel
 
 
 class CostModel:
@@ -47,11 +47,18 @@ class NodeCount(CostModel):
         return 1.0
 
 
-class Flops(CostModel):
-    """Arithmetic plus memory traffic: ``flops + bytes_weight * bytes + per_op``.
+def phases(op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType) -> list[Kernel]:
+    """(flops, bytes) of each kernel an op runs as (see ``OpDef.cost_phases``); opaque ops: one kernel."""
+    if op == OPAQUE:
+        return [Kernel(float(output.size), float(sum(t.nbytes for t in inputs) + output.nbytes))]
+    return OPS[op].cost_phases(inputs, output, attrs)
 
-    ``bytes`` counts operands read and the result written, except for view-like ops (reshape, full,
-    expand) that XLA fuses away. ``per_op`` breaks ties toward fewer kernels.
+
+class Flops(CostModel):
+    """Arithmetic plus memory traffic over an op's kernels: ``flops + bytes_weight·bytes + per_op`` each.
+
+    View-like ops (reshape, full, expand, split) are fused away by XLA and cost nothing; ``per_op``
+    breaks ties toward fewer kernels.
     """
 
     name = "flops"
@@ -63,9 +70,40 @@ class Flops(CostModel):
     def op_cost(
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
     ) -> float:
-        flops = OPS[op].flops(inputs, output, attrs) if op != OPAQUE else float(output.size)
-        moved = 0 if op in VIEW_OPS else sum(t.nbytes for t in inputs) + output.nbytes
-        return flops + self.bytes_weight * moved + self.per_op
+        return sum(
+            k.flops + self.bytes_weight * k.bytes + self.per_op for k in phases(op, attrs, inputs, output)
+        )
+
+
+_BACKEND_DEVICE = {"cpu": "cpu", "gpu": "h100", "cuda": "h100", "tpu": "tpu-v5e"}
+
+
+class Roofline(CostModel):
+    """Seconds on a device: each kernel takes ``max(flops / peak, bytes / bandwidth) + launch``
+    (cache bandwidth for kernels whose traffic fits in the last-level cache).
+
+    A fused op (linear with its activation epilogue, fma, a flash-attention block step) is one kernel,
+    so its epilogue pays no extra round trip to memory; view ops are free.
+    """
+
+    def __init__(self, device: str | Device | None = None) -> None:
+        """``device``: a profile name from ``eqsat.devices``, a ``Device``, or None for the profile
+        of JAX's default backend (cpu, gpu -> h100, tpu -> tpu-v5e)."""
+        if device is None:
+            device = _BACKEND_DEVICE.get(jax.default_backend(), "cpu")
+        self.device = get_device(device) if isinstance(device, str) else device
+        self.name = f"roofline:{self.device.name}"
+
+    def op_cost(
+        self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
+    ) -> float:
+        return sum(self.kernel_seconds(k) for k in phases(op, attrs, inputs, output))
+
+    def kernel_seconds(self, kernel: Kernel) -> float:
+        d = self.device
+        bandwidth = d.cache_bandwidth if kernel.bytes <= d.cache_bytes else d.bandwidth
+        step = d.loop_step_s if kernel.loop_step else 0.0
+        return max(kernel.flops / d.peak_flops, kernel.bytes / bandwidth) + d.launch_s + step
 
 
 class FunctionCost(CostModel):
@@ -81,13 +119,16 @@ class FunctionCost(CostModel):
         return float(self.fn(op, attrs, inputs, output))
 
 
-MODELS: dict[str, Callable[[], CostModel]] = {"nodes": NodeCount, "flops": Flops}
+MODELS: dict[str, Callable[[], CostModel]] = {"nodes": NodeCount, "flops": Flops, "roofline": Roofline}
 
 
 def get_cost_model(cost: str | CostModel | Callable[..., float]) -> CostModel:
-    """A cost model from its name (``nodes``, ``flops``), an instance, or a function."""
+    """A cost model from its name (``nodes``, ``flops``, ``roofline``, ``roofline:h100``), an instance,
+    or a function."""
     if isinstance(cost, CostModel):
         return cost
+    if isinstance(cost, str) and cost.startswith("roofline:"):
+        return Roofline(cost.split(":", 1)[1])
     if isinstance(cost, str):
         if cost not in MODELS:
             raise KeyError(f"unknown cost model {cost!r} (known: {', '.join(MODELS)})")

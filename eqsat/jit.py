@@ -92,7 +92,7 @@ def jit(
     fn: Callable[..., Any] | None = None,
     *,
     rules: Iterable[Rule | str] | None = None,
-    cost: str | CostModel | Callable[..., float] = "flops",
+    cost: str | CostModel | Callable[..., float] = "roofline",
     limits: Limits | None = None,
     verify: bool = False,
     static_argnums: int | Sequence[int] = (),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from math import prod
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from eqsat.errors import ShapeError
 from eqsat.ir import DTYPES, TensorType, Value
@@ -34,12 +34,26 @@ VARIADIC = -1
 AttrKind = Literal["int", "ints", "float", "str"]
 EGG_SORT: dict[str, str] = {"int": "i64", "ints": "IVec", "float": "f64", "str": "String"}
 FlopsFn = Callable[[Sequence[TensorType], TensorType, dict], float]
-FLASH_BLOCK = 512  # keys per step of the blocked (flash) attention lowering
 
 
-def flash_blocks(key_length: int) -> int:
-    """How many key blocks the flash lowering streams over."""
-    return -(-key_length // min(FLASH_BLOCK, key_length))
+class Kernel(NamedTuple):
+    """One kernel an op runs as: its arithmetic, its memory traffic, and whether it is a step of a
+    sequential device loop."""
+
+    flops: float
+    bytes: float
+    loop_step: bool = False
+
+
+PhasesFn = Callable[[Sequence[TensorType], TensorType, dict], list[Kernel]]
+FLASH_BLOCK_Q = 256  # queries per block of the flash lowering
+FLASH_BLOCK_K = 512  # keys per step of its online softmax
+
+
+def flash_blocks(queries: int, keys: int) -> tuple[int, int, int, int]:
+    """(query block, key block, query blocks, key blocks) of the flash lowering for these lengths."""
+    bq, bk = min(FLASH_BLOCK_Q, queries), min(FLASH_BLOCK_K, keys)
+    return bq, bk, -(-queries // bq), -(-keys // bk)
 
 
 @dataclass(frozen=True)
@@ -74,21 +88,27 @@ def _attention_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) ->
     return 2.0 * scores * q[-1] + 2.0 * scores * v[-1] + 5.0 * scores
 
 
-def _attention_bytes(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
-    """Naive attention writes the f32 scores and probabilities and reads them back: 4 S×S passes."""
-    q, k = ins[0].shape, ins[1].shape
-    return _io_bytes(ins, out, attrs) + 4 * 4.0 * prod(q[:-1]) * k[-2]
+def _attention_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
+    """Naive attention is three kernels: q kᵀ writes the f32 scores, softmax reads and writes them,
+    the product with v reads them back."""
+    q, k, v = (t.shape for t in ins[:3])
+    scores = prod(q[:-1]) * k[-2]
+    s_bytes = 4.0 * scores
+    return [
+        Kernel(2.0 * scores * q[-1], ins[0].nbytes + ins[1].nbytes + s_bytes),
+        Kernel(5.0 * scores, 2 * s_bytes + ins[3].nbytes),
+        Kernel(2.0 * scores * v[-1], s_bytes + ins[2].nbytes + out.nbytes),
+    ]
 
 
-def _flash_bytes(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
-    """Streaming keys: each block reads and writes the f32 accumulator and the (max, sum) stats."""
+def _flash_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
+    """One fused step per (query block, key block): its share of the work, the key/value block it
+    reads, and the f32 accumulator and (max, sum) stats it reads and writes."""
     q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
-    state = 4.0 * prod(q[:-1]) * (v[-1] + 2)
-    return _io_bytes(ins, out, attrs) + 2 * state * flash_blocks(k[-2])
-
-
-def _flash_kernels(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
-    return float(flash_blocks(ins[1].shape[-2]))
+    bq, _, nq, nk = flash_blocks(q[-2], k[-2])
+    state = 4.0 * prod(q[:-2]) * bq * (v[-1] + 2)
+    io = sum(t.nbytes for t in ins) + out.nbytes
+    return [Kernel(_attention_flops(ins, out, attrs) / (nq * nk), io / nk + 2 * state, True)] * (nq * nk)
 
 
 def _reduce_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
@@ -168,7 +188,7 @@ class OpDef:
     dtype: int | str = 0
     flops: FlopsFn = _elementwise_flops
     bytes: FlopsFn = _io_bytes
-    kernels: FlopsFn = lambda ins, out, attrs: 1.0
+    phases: PhasesFn | None = None
     view: bool = False
     elementwise: bool = False
     same_dtype: tuple[int, ...] = ()
@@ -178,6 +198,16 @@ class OpDef:
     def ctor(self) -> str:
         """The egglog constructor name: ``reduce_max`` -> ``ReduceMax``."""
         return "".join(part.capitalize() for part in self.name.split("_"))
+
+    def cost_phases(
+        self, ins: Sequence[TensorType], out: TensorType, attrs: dict
+    ) -> list[tuple[float, float]]:
+        """(flops, bytes moved) per kernel this op runs as; view ops run as none."""
+        if self.view:
+            return []
+        if self.phases is not None:
+            return self.phases(ins, out, attrs)
+        return [Kernel(self.flops(ins, out, attrs), self.bytes(ins, out, attrs))]
 
     def normalize(self, inputs: Sequence[Value], attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
         """Check arity and attributes, fill defaults, coerce kinds and make axes non-negative."""
@@ -372,8 +402,7 @@ _OPS = [
         (Attr("scale", "float"),),
         Attention(),
         flops=_attention_flops,
-        bytes=_attention_bytes,
-        kernels=lambda i, o, a: 3.0,
+        phases=_attention_phases,
         same_dtype=(0, 1, 2, 3),
     ),
     OpDef(
@@ -383,8 +412,7 @@ _OPS = [
         (Attr("scale", "float"),),
         Attention(),
         flops=_attention_flops,
-        bytes=_flash_bytes,
-        kernels=_flash_kernels,
+        phases=_flash_phases,
         same_dtype=(0, 1, 2, 3),
     ),
     OpDef(
