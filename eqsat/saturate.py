@@ -19,6 +19,8 @@ from egglog import bindings
 from eqsat.egraph import ANALYSIS, REWRITES
 from eqsat.rules import Rule
 
+# Analysis rules are named shape-*/dtype-* or unnamed (their key is their text); rewrite rules are named.
+_ANALYSIS_RULES = ("shape-", "dtype-", "(")
 _SIZE = re.compile(r"\((\S+) (\d+)\)")
 _TENSOR_TABLES_EXCLUDED = frozenset({"shape", "dtype", "concat-shape", "wants-concat-shape", "TNil", "TCons"})
 
@@ -101,9 +103,7 @@ def saturate(
         )
         run = out[0].report
         nodes, classes = sizes(egraph)
-        matches = {
-            k: v for k, v in run.num_matches_per_rule.items() if not k.startswith(("shape-", "dtype-"))
-        }
+        matches = {k: v for k, v in run.num_matches_per_rule.items() if not k.startswith(_ANALYSIS_RULES)}
         it = Iteration(index, nodes, classes, matches, time.perf_counter() - t0)
         report.iterations.append(it)
         if progress:
