@@ -11,8 +11,8 @@ from typing import Any
 import jax
 
 from eqsat.cost import CostModel, get_cost_model
-from eqsat.egraph import Serialized, decode, encode, new_egraph
-from eqsat.extract import greedy_dag
+from eqsat.egraph import Encoding, Serialized, decode, encode, new_egraph
+from eqsat.extract import greedy_dag, ilp
 from eqsat.ir import Program
 from eqsat.rules import Rule, select
 from eqsat.saturate import Iteration, Limits, SaturationReport, install, saturate
@@ -28,6 +28,7 @@ class Report:
     cost_after: float
     timings: dict[str, float] = field(default_factory=dict)
     note: str = ""
+    extractor: str = ""
 
     @property
     def stop_reason(self) -> str:
@@ -47,7 +48,8 @@ class Report:
         lines = [
             f"saturation: {len(sat.iterations)} iterations, stopped: {sat.stop_reason}"
             + (f", {last.nodes} e-nodes in {last.classes} e-classes" if last else ""),
-            f"cost ({self.cost_model}): {self.cost_before:.6g} -> {self.cost_after:.6g}",
+            f"cost ({self.cost_model}, {self.extractor} extraction): "
+            f"{self.cost_before:.6g} -> {self.cost_after:.6g}",
             "rules fired: " + (", ".join(f"{k} x{v}" for k, v in sorted(self.rules_fired.items())) or "none"),
             "time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items()),
         ]
@@ -78,11 +80,13 @@ def optimize(
     limits: Limits | None = None,
     progress: Callable[[Iteration], None] | None = None,
     verify: bool = False,
+    extractor: str = "auto",
 ) -> OptimizeResult:
     """Saturate ``program`` with ``rules`` (all by default; or themes/names), extract the cheapest under
     ``cost`` and return it. Within ``limits``, the best program found so far is returned; if that is
     not cheaper than the input, the input is returned unchanged. With ``verify``, both programs run on
-    random inputs and a difference raises :class:`eqsat.MiscompileError`.
+    random inputs and a difference raises :class:`eqsat.MiscompileError`. ``extractor``: ``greedy``,
+    ``ilp`` (exact, HiGHS, 10 s limit) or ``auto`` (ILP up to 5000 e-nodes, else greedy).
     """
     model = get_cost_model(cost)
     chosen = _resolve_rules(rules)
@@ -97,13 +101,13 @@ def optimize(
     timings["saturate"] = sat.seconds
     t = time.perf_counter()
     graph = Serialized(egraph.serialize([]).to_json())
-    best = decode(graph, enc, greedy_dag(graph, model), program)
+    best, extractor = _extract(graph, enc, program, model, extractor)
     timings["extract"] = time.perf_counter() - t
     before, after = model.program_cost(program), model.program_cost(best)
     note = ""
     if after > before:
         best, after, note = program, before, "extraction found nothing cheaper; the input is returned"
-    report = Report(sat, model.name, before, after, timings, note)
+    report = Report(sat, model.name, before, after, timings, note, extractor)
     if verify:
         from eqsat.verify import validate
 
@@ -111,6 +115,25 @@ def optimize(
         validate(program, best, rules_fired=sorted(report.rules_fired))
         timings["verify"] = time.perf_counter() - t
     return OptimizeResult(best, program, report)
+
+
+ILP_MAX_NODES = 5000
+
+
+def _extract(
+    graph: Serialized, enc: Encoding, program: Program, model: CostModel, extractor: str
+) -> tuple[Program, str]:
+    """The cheapest program under ``model`` and the name of the extractor that found it."""
+    if extractor not in ("auto", "greedy", "ilp"):
+        raise ValueError(f"unknown extractor {extractor!r} (auto, greedy, ilp)")
+    constants = graph.constant_classes(enc, program.param_values)
+    greedy = greedy_dag(graph, model, constants)
+    candidates = {"greedy": decode(graph, enc, greedy, program)}
+    if extractor == "ilp" or (extractor == "auto" and graph.num_nodes <= ILP_MAX_NODES):
+        roots = [graph.roots[r] for r in enc.roots]
+        candidates["ilp"] = decode(graph, enc, ilp(graph, model, roots, constants, warm=greedy), program)
+    name = min(candidates, key=lambda k: (model.program_cost(candidates[k]), k != "ilp"))
+    return candidates[name], name
 
 
 def _resolve_rules(rules: Iterable[Rule | str] | None) -> list[Rule]:

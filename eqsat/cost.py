@@ -16,6 +16,9 @@ from eqsat.devices import Device, get_device
 from eqsat.ir import Program, TensorType
 from eqsat.ops import OPAQUE, OPS, Kernel
 
+# Ops XLA evaluates at compile time when all their inputs are constants (packing weights once).
+FOLDABLE = frozenset({"concat"})
+
 
 class CostModel:
     """Base class: ``op_cost(op, attrs, inputs, output)`` for a canonical op name or ``"opaque"``."""
@@ -28,12 +31,16 @@ class CostModel:
         raise NotImplementedError
 
     def program_cost(self, program: Program) -> float:
-        """The DAG cost of a program: every live op once."""
-        return sum(
-            self.op_cost(op.name, op.attrs, [v.type for v in op.inputs], out.type)
-            for op in program.live_ops()
-            for out in op.outputs[:1]
-        )
+        """The DAG cost of a program: every live op once (weight packing folded at compile time free)."""
+        constant = {id(p) for p in program.params if p.name in program.param_values}
+        total = 0.0
+        for op in program.live_ops():
+            if op.name == "full" or (op.name in FOLDABLE and all(id(v) in constant for v in op.inputs)):
+                constant.add(id(op.outputs[0]))
+                if op.name in FOLDABLE:
+                    continue
+            total += self.op_cost(op.name, op.attrs, [v.type for v in op.inputs], op.outputs[0].type)
+        return total
 
 
 class NodeCount(CostModel):

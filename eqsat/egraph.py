@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -243,6 +244,27 @@ class Serialized:
             out.append(node.children[0])
             node = choose(node.children[1])
         return out
+
+    def constant_classes(self, enc: Encoding, values: Iterable[str]) -> frozenset[str]:
+        """Classes known at compile time: a ``full``, a leaf whose value is bound (``values``: names
+        of params with values), or a concat of those."""
+        bound = {k for k, v in enc.leaves.items() if v.name in set(values)}
+        const: set[str] = set()
+        for cid, nodes in self.classes.items():
+            for n in nodes:
+                if n.op == "Full" or (n.op == "Input" and self.value(n.children[0]) in bound):
+                    const.add(cid)
+        changed = True
+        while changed:
+            changed = False
+            for cid, nodes in self.classes.items():
+                if cid not in const and any(
+                    n.op == "Concat" and set(input_classes(self, n, lambda c: self.classes[c][0])) <= const
+                    for n in nodes
+                ):  # the e-graph side of eqsat.cost.FOLDABLE
+                    const.add(cid)
+                    changed = True
+        return frozenset(const)
 
     @property
     def num_nodes(self) -> int:

@@ -1,0 +1,173 @@
+"""Fusion, attention and the softmax stats form: the rewrites chosen by cost, and the flash lowering."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqsat
+from eqsat import Builder, Limits
+from eqsat.lowering import lower
+from eqsat.lowering.attention import flash_attention, naive_attention
+from eqsat.verify import validate
+
+ATTENTION_OPS = {"attention", "flash_attention"}
+RNG = np.random.default_rng(1)
+CPU = "roofline:cpu"
+
+
+def _attention_program(s, batch=1, heads=8, d=64, mask=True):
+    b = Builder()
+    q, k, v = (b.input(n, (batch, heads, s, d)) for n in "qkv")
+    scores = b.scale(b.matmul(q, k, transpose_y=1), scale=d**-0.5)
+    if mask:
+        scores = b.add(scores, b.input("mask", (batch, 1, 1, s)))
+    return b.build(b.matmul(b.softmax(scores, axis=-1), v))
+
+
+def test_multihead_attention_fixture_becomes_one_attention_op(pir_path):
+    program = eqsat.load(pir_path("multihead_attention_before"))
+    result = eqsat.optimize(program, verify=True)
+    counts = result.program.op_counts()
+    assert sum(counts.get(op, 0) for op in ATTENTION_OPS) == 1, counts
+    assert "softmax" not in counts and counts.get("matmul", 0) == 0
+    (want,) = jax.jit(lower(program))()
+    (got,) = result.fn()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("s", "expected"), [(512, "attention"), (4096, "flash_attention")])
+def test_cost_keeps_naive_attention_short_and_streams_long(s, expected):
+    result = eqsat.optimize(_attention_program(s), cost=CPU)
+    assert expected in result.program.op_counts()
+    assert not ATTENTION_OPS - {expected} & set(result.program.op_counts())
+
+
+def test_attention_written_with_jax_nn_is_recognized():
+    def attn(q, k, v, mask):
+        scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1]) + mask
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(1, 2, 16, 8)), jnp.float32) for _ in range(3))
+    mask = jnp.zeros((1, 1, 1, 16))
+    fast = eqsat.jit(attn, verify=True)
+    np.testing.assert_allclose(fast(q, k, v, mask), attn(q, k, v, mask), rtol=1e-5, atol=1e-6)
+    counts = next(iter(fast.results.values())).program.op_counts()
+    assert ATTENTION_OPS & set(counts) and "exp" not in counts, counts
+
+
+def test_matmul_chain_is_reassociated_to_matrix_vector_products():
+    b = Builder()
+    a, bb, c = (b.input(n, (256, 256)) for n in "abc")
+    x = b.input("x", (256, 1))
+    program = b.build(b.matmul(b.matmul(b.matmul(a, bb), c), x))
+    result = eqsat.optimize(program, cost=CPU, verify=True)
+    assert all(op.output.type.shape == (256, 1) for op in result.program.live_ops())
+    assert "matmul-assoc" in result.report.rules_fired
+
+
+def test_long_chain_stays_bounded_and_correct():
+    b = Builder()
+    mats = [b.input(f"m{i}", (8, 8)) for i in range(10)]
+    out = mats[0]
+    for m in mats[1:]:
+        out = b.matmul(out, m)
+    program = b.build(out)
+    result = eqsat.optimize(program, cost=CPU, limits=Limits(max_nodes=3000, timeout_s=5))
+    validate(program, result.program)
+    assert result.report.saturation.iterations[-1].nodes < 200_000
+
+
+def _qkv_program(constant_weights: bool):
+    """Q/K/V projections; with constant weights, packing them is done once, at compile time."""
+    b = Builder()
+    x = b.input("x", (1, 128, 768))
+
+    def data(*shape):
+        return RNG.normal(size=shape) * 0.03 if constant_weights else None
+
+    outs = [
+        b.linear(
+            x, b.param(f"w{i}", (768, 768), data=data(768, 768)), b.param(f"b{i}", (768,), data=data(768))
+        )
+        for i in range(3)
+    ]
+    return b.build(*outs)
+
+
+def test_qkv_is_not_merged_on_cpu_when_the_weights_must_be_concatenated_each_call():
+    result = eqsat.optimize(_qkv_program(constant_weights=False), cost=CPU)
+    assert "merge-shared-input-matmuls" in result.report.rules_fired
+    assert result.program.op_counts() == {"linear": 3}
+
+
+def test_qkv_merge_is_chosen_on_h100_with_constant_weights_where_launches_dominate():
+    result = eqsat.optimize(_qkv_program(constant_weights=True), cost="roofline:h100", verify=True)
+    counts = result.program.op_counts()
+    assert counts["linear"] == 1 and counts["split"] == 3 and counts["concat"] == 2
+
+
+def test_matmul_bias_relu_fuse_into_one_linear():
+    b = Builder()
+    x, w, bias = b.input("x", (4, 64, 32)), b.param("w", (32, 16)), b.param("bias", (16,))
+    program = b.build(b.relu(b.add(b.matmul(x, w), bias)))
+    result = eqsat.optimize(program, cost=CPU, verify=True)
+    (op,) = result.program.live_ops()
+    assert op.name == "linear" and op.attrs["act"] == "relu"
+
+
+def test_distributivity_factors_a_shared_weight():
+    b = Builder()
+    x, y, w = b.input("x", (512, 1024)), b.input("y", (512, 1024)), b.param("w", (1024, 1024))
+    program = b.build(b.add(b.matmul(x, w), b.matmul(y, w)))
+    result = eqsat.optimize(program, cost=CPU, verify=True)
+    assert result.program.op_counts() == {"add": 1, "matmul": 1}
+
+
+def _qkv(shape, scale=1.0, dtype=jnp.float32):
+    return tuple(jnp.asarray(RNG.normal(size=shape) * scale, dtype) for _ in range(3))
+
+
+def _compare(q, k, v, mask, scale=0.125, rtol=1e-5):
+    want = naive_attention(
+        q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), mask, scale=scale
+    )
+    got = jax.jit(flash_attention, static_argnames="scale")(q, k, v, mask, scale=scale)
+    assert got.dtype == q.dtype
+    want, got = np.asarray(want), np.asarray(got, np.float32)
+    assert np.array_equal(np.isnan(want), np.isnan(got))
+    np.testing.assert_allclose(got[~np.isnan(got)], want[~np.isnan(want)], rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("s", [7, 512, 700, 1300])
+def test_flash_matches_naive_with_random_neg_inf_mask(s):
+    q, k, v = _qkv((1, 2, s, 16))
+    mask = jnp.where(RNG.random((1, 2, s, s)) < 0.3, -jnp.inf, 0.0).astype(jnp.float32)
+    _compare(q, k, v, mask)
+
+
+def test_flash_fully_masked_rows_are_nan_like_naive():
+    q, k, v = _qkv((1, 1, 600, 8))
+    mask = jnp.zeros((1, 1, 600, 600)).at[:, :, 5].set(-jnp.inf).at[:, :, 550].set(-jnp.inf)
+    _compare(q, k, v, mask)
+
+
+def test_flash_large_logits_stay_finite():
+    q, k, v = _qkv((2, 2, 300, 16), scale=30.0)
+    _compare(q, k, v, jnp.zeros((2, 1, 1, 300)), scale=1.0, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_flash_accumulates_half_precision_in_float32(dtype):
+    q, k, v = _qkv((1, 2, 1024, 32), dtype=dtype)
+    _compare(q, k, v, jnp.zeros(()), rtol=2e-2)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend")
+def test_flash_uses_cudnn_on_gpu_and_matches():
+    q, k, v = _qkv((1, 4, 1024, 64), dtype=jnp.bfloat16)
+    mask = jnp.zeros((1, 1, 1024, 1024), jnp.bfloat16)
+    _compare(q, k, v, mask, rtol=3e-2)
