@@ -1,8 +1,8 @@
 """``eqsat.jit``: like ``jax.jit``, with equality saturation between tracing and compiling.
 
 On the first call for each signature (pytree structure, shapes and dtypes of the array arguments,
-values of the static ones) the function is traced, optimized, lowered and ``jax.jit``-ed; later calls
-with the same signature reuse it.
+values of the static ones) the function is traced, optimized, lowered and compiled; later calls with
+the same signature hit jax.jit's cache.
 """
 
 from __future__ import annotations
@@ -12,19 +12,26 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
-import numpy as np
+import jax.numpy as jnp
 
 from eqsat.api import OptimizeResult, optimize
 from eqsat.cost import CostModel
 from eqsat.errors import UnsupportedError
 from eqsat.frontend.jax import trace
+from eqsat.lowering import lower
 from eqsat.rules import Rule
 from eqsat.saturate import Limits
 
 
 class Jitted:
-    """The callable ``eqsat.jit`` returns. ``optimizations`` counts signatures optimized so far;
-    ``results`` maps each signature to its :class:`OptimizeResult`."""
+    """The callable ``eqsat.jit`` returns: a ``jax.jit`` whose tracing step optimizes.
+
+    jax.jit traces once per signature (pytree structure, shapes, dtypes, static values); eqsat hooks
+    into that trace: it traces the function to a Program, optimizes it, and emits the optimized
+    program instead. Later calls of the signature run through jax.jit's own cache, with no eqsat
+    overhead. ``optimizations`` counts signatures optimized; ``results`` maps each to its
+    :class:`OptimizeResult`.
+    """
 
     def __init__(
         self,
@@ -37,55 +44,51 @@ class Jitted:
         static_argnums: Sequence[int],
     ) -> None:
         self.fn = fn
-        self.options = {
-            "rules": None if rules is None else list(rules),
-            "cost": cost,
-            "limits": limits,
-            "verify": verify,
-        }
+        self.options = {"rules": None if rules is None else list(rules), "cost": cost, "limits": limits}
+        self.verify = verify
         self.static_argnums = tuple(static_argnums)
         self.results: dict[Any, OptimizeResult] = {}
-        self._compiled: dict[Any, tuple[Callable[..., Any], Any]] = {}
+        self._jitted = jax.jit(self._optimized_trace, static_argnums=self.static_argnums)
         functools.update_wrapper(self, fn)
 
     @property
     def optimizations(self) -> int:
-        return len(self._compiled)
-
-    def _split(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        static = tuple(args[i] for i in self.static_argnums if i < len(args))
-        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static_argnums)
-        return static, dynamic
+        return len(self.results)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        static, dynamic = self._split(args)
-        leaves, treedef = jax.tree_util.tree_flatten((dynamic, kwargs))
-        arrays = [np.asarray(x) if isinstance(x, int | float | bool) else x for x in leaves]
-        try:
-            signature = (treedef, tuple((tuple(a.shape), str(a.dtype)) for a in arrays), static)
-            hash(signature)
-        except (AttributeError, TypeError):
-            raise UnsupportedError(
-                "eqsat.jit arguments must be arrays (or pytrees of arrays); mark others with static_argnums"
-            ) from None
-        if signature not in self._compiled:
-            self._compiled[signature] = self._build(static, dynamic, kwargs, signature)
-        compiled, out_tree = self._compiled[signature]
-        return jax.tree_util.tree_unflatten(out_tree, compiled(*arrays))
+        dynamic = [a for i, a in enumerate(args) if i not in self.static_argnums]
+        for leaf in jax.tree_util.tree_leaves((dynamic, kwargs)):
+            if not hasattr(leaf, "dtype") and not isinstance(leaf, int | float | bool):
+                raise UnsupportedError(
+                    f"eqsat.jit arguments must be arrays (or pytrees of arrays), got a "
+                    f"{type(leaf).__name__}; mark other arguments static with static_argnums"
+                )
+        return self._jitted(*args, **kwargs)
 
-    def _build(
-        self, static: tuple[Any, ...], dynamic: tuple[Any, ...], kwargs: dict[str, Any], signature: Any
-    ) -> tuple[Callable[..., Any], Any]:
+    def _optimized_trace(self, *args: Any, **kwargs: Any) -> Any:
+        """Runs while jax.jit traces a new signature: trace to a Program, optimize, emit it."""
+        static = {i: args[i] for i in self.static_argnums if i < len(args)}
+        dynamic = [a for i, a in enumerate(args) if i not in static]
+        specs = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), (dynamic, kwargs)
+        )
+
         def with_static(*dyn: Any, **kw: Any) -> Any:
-            it, st = iter(dyn), iter(static)
-            n = len(dyn) + len(static)
-            full = [next(st) if i in self.static_argnums else next(it) for i in range(n)]
+            it = iter(dyn)
+            full = [static[i] if i in static else next(it) for i in range(len(dyn) + len(static))]
             return self.fn(*full, **kw)
 
-        traced = trace(with_static, *dynamic, **kwargs)
-        result = optimize(traced.program, **self.options)
+        traced = trace(with_static, *specs[0], **specs[1])
+        with jax.ensure_compile_time_eval():
+            result = optimize(traced.program, verify=self.verify, **self.options)
+        signature = (
+            jax.tree_util.tree_structure(specs),
+            tuple(jax.tree_util.tree_leaves(specs)),
+            tuple(static.items()),
+        )
         self.results[signature] = result
-        return result.fn, traced.out_tree
+        outs = lower(result.program)(*jax.tree_util.tree_leaves((dynamic, kwargs)))
+        return jax.tree_util.tree_unflatten(traced.out_tree, outs)
 
 
 def jit(

@@ -6,7 +6,7 @@ from typing import Any
 
 from eqsat.ir import TensorType
 
-from .base import rand_shape, rule
+from .base import Rule, Variant, rand_shape, rule
 
 
 def _two_shapes(rng: Any) -> dict[str, Any]:
@@ -42,5 +42,53 @@ RULES = [
         "x",
         "(= (shape x) s)",
         example=_same_shape,
+    ),
+]
+
+
+_BINARY = ("Add", "Sub", "Mul", "Div", "Maximum", "Minimum")
+
+
+def _implicit_broadcast_example(rng: Any) -> dict[str, Any]:
+    n = int(rng.integers(1, 5))
+    return {
+        "x": TensorType((2, 3, n), "float32"),
+        "y": TensorType((n,), "float32"),
+        "s": (2, 3, n),
+        "s1": (1, n),
+        "s2": (1, 1, n),
+    }
+
+
+RULES += [
+    Rule(
+        "implicit-broadcast",
+        "elementwise ops broadcast by themselves: an explicit expand, or a reshape adding leading 1s, "
+        "of an operand is unneeded",
+        tuple(
+            variant
+            for op in _BINARY
+            for variant in (
+                Variant(f"({op} x (Expand y s))", f"({op} x y)", ("(= (shape x) s)",)),
+                Variant(f"({op} (Expand y s) x)", f"({op} y x)", ("(= (shape x) s)",)),
+                Variant(
+                    f"({op} x (Reshape y s1))",
+                    f"({op} x y)",
+                    (
+                        "(= s1 (vec-append (vec-of 1) (shape y)))",
+                        "(= (shape (" + op + " x (Reshape y s1))) (shape x))",
+                    ),
+                ),
+                Variant(
+                    f"({op} x (Reshape y s2))",
+                    f"({op} x y)",
+                    (
+                        "(= s2 (vec-append (vec-of 1 1) (shape y)))",
+                        "(= (shape (" + op + " x (Reshape y s2))) (shape x))",
+                    ),
+                ),
+            )
+        ),
+        _implicit_broadcast_example,
     ),
 ]

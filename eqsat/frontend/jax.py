@@ -260,6 +260,9 @@ def _dot_general(
     x, y = ins
     if x.type.dtype != y.type.dtype:
         raise ShapeError("dot_general of mixed dtypes")
+    if not lb and tuple(lc) == (x.type.rank - 1,) and x.type.rank >= 2 and y.type.rank == 2:
+        out = t.op("matmul", x, y, transpose_y=int(rc[0] == 1))  # x @ w: the weight broadcasts over rows
+        return [_preferred(t, out, preferred_element_type)]
     xs, ys = x.type.shape, y.type.shape
     lf = [i for i in range(len(xs)) if i not in lc and i not in lb]
     rf = [i for i in range(len(ys)) if i not in rc and i not in rb]
@@ -277,9 +280,14 @@ def _dot_general(
     final = (*batch, *(xs[i] for i in lf), *(ys[i] for i in rf))
     if out.type.shape != final:
         out = t.op("reshape", out, shape=final)
-    if preferred_element_type is not None and np.dtype(preferred_element_type).name != out.type.dtype:
-        out = t.op("cast", out, dtype=np.dtype(preferred_element_type).name)
-    return [out]
+    return [_preferred(t, out, preferred_element_type)]
+
+
+def _preferred(t: _Tracer, out: Value, dtype: Any) -> Value:
+    """Cast a dot's result to its preferred element type, if it names another."""
+    if dtype is not None and np.dtype(dtype).name != out.type.dtype:
+        return t.op("cast", out, dtype=np.dtype(dtype).name)
+    return out
 
 
 _HANDLERS: dict[str, Callable[..., list[Value]]] = {

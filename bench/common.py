@@ -1,0 +1,58 @@
+"""Shared benchmark helpers: interleaved timing against plain jax.jit in one process, XLA's memory
+accounting, JSON output."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+OUT = Path(__file__).resolve().parent
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 10) -> dict[str, float]:
+    """Median seconds of each thunk, calls interleaved (a, b, a, b, ...) after one warm-up each."""
+    for fn in fns.values():
+        jax.block_until_ready(fn())
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def peak_bytes(fn: Callable[..., Any], args: Sequence[Any]) -> int:
+    """XLA's buffer assignment for one call: arguments + outputs + temporaries (a bound on peak use)."""
+    stats = jax.jit(fn).lower(*args).compile().memory_analysis()
+    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes)
+
+
+def max_abs_diff(a: Any, b: Any) -> float:
+    pairs = zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True)
+    return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)))) for x, y in pairs)
+
+
+def environment() -> dict[str, str]:
+    return {
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "device": str(jax.devices()[0].device_kind),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpus": str(len(jax.devices("cpu"))),
+    }
+
+
+def write(name: str, results: dict[str, Any]) -> Path:
+    path = OUT / f"{name}.json"
+    path.write_text(json.dumps({"environment": environment(), **results}, indent=2) + "\n")
+    return path
