@@ -12,7 +12,7 @@ import jax
 
 from eqsat.cost import CostModel, get_cost_model
 from eqsat.egraph import Encoding, Serialized, decode, encode, new_egraph
-from eqsat.extract import greedy_dag, ilp
+from eqsat.extract import greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
 from eqsat.rules import Rule, select
 from eqsat.saturate import Iteration, Limits, SaturationReport, install, saturate
@@ -86,7 +86,7 @@ def optimize(
     ``cost`` and return it. Within ``limits``, the best program found so far is returned; if that is
     not cheaper than the input, the input is returned unchanged. With ``verify``, both programs run on
     random inputs and a difference raises :class:`eqsat.MiscompileError`. ``extractor``: ``greedy``,
-    ``ilp`` (exact, HiGHS, 10 s limit) or ``auto`` (ILP up to 5000 e-nodes, else greedy).
+    ``ilp`` (exact, HiGHS, 10 s limit, warm-started from greedy) or ``auto`` (ILP up to 5000 e-nodes).
     """
     model = get_cost_model(cost)
     chosen = _resolve_rules(rules)
@@ -117,21 +117,23 @@ def optimize(
     return OptimizeResult(best, program, report)
 
 
-ILP_MAX_NODES = 5000
+ILP_MAX_NODES = 5000  # auto: exact ILP extraction up to this many e-nodes
+DAG_MAX_NODES = 1500  # greedy DAG extraction (quadratic) up to this many; greedy tree cost beyond
 
 
 def _extract(
     graph: Serialized, enc: Encoding, program: Program, model: CostModel, extractor: str
 ) -> tuple[Program, str]:
-    """The cheapest program under ``model`` and the name of the extractor that found it."""
+    """The cheapest program under ``model`` among the extractors that apply, and which one found it."""
     if extractor not in ("auto", "greedy", "ilp"):
         raise ValueError(f"unknown extractor {extractor!r} (auto, greedy, ilp)")
     constants = graph.constant_classes(enc, program.param_values)
-    greedy = greedy_dag(graph, model, constants)
-    candidates = {"greedy": decode(graph, enc, greedy, program)}
+    small = graph.num_nodes <= DAG_MAX_NODES
+    warm = greedy_dag(graph, model, constants) if small else greedy_tree(graph, model, constants)
+    candidates = {"greedy": decode(graph, enc, warm, program)}
     if extractor == "ilp" or (extractor == "auto" and graph.num_nodes <= ILP_MAX_NODES):
         roots = [graph.roots[r] for r in enc.roots]
-        candidates["ilp"] = decode(graph, enc, ilp(graph, model, roots, constants, warm=greedy), program)
+        candidates["ilp"] = decode(graph, enc, ilp(graph, model, roots, constants, warm=warm), program)
     name = min(candidates, key=lambda k: (model.program_cost(candidates[k]), k != "ilp"))
     return candidates[name], name
 
