@@ -65,6 +65,18 @@ class OptimizeResult:
     program: Program
     original: Program
     report: Report
+    egraph: Serialized | None = None
+
+    def show(self, what: str = "program") -> Any:
+        """A picture (SVG, shown inline in notebooks): ``program`` (optimized), ``original``, ``egraph``."""
+        from eqsat.show import Picture, egraph_graph, program_graph
+
+        if what == "egraph":
+            if self.egraph is None:
+                raise ValueError("this result kept no e-graph")
+            return Picture(egraph_graph(self.egraph))
+        program = {"program": self.program, "original": self.original}[what]
+        return Picture(program_graph(program, what))
 
     @cached_property
     def fn(self) -> Callable[..., Any]:
@@ -114,7 +126,7 @@ def optimize(
         t = time.perf_counter()
         validate(program, best, rules_fired=sorted(report.rules_fired))
         timings["verify"] = time.perf_counter() - t
-    return OptimizeResult(best, program, report)
+    return OptimizeResult(best, program, report, graph)
 
 
 ILP_MAX_NODES = 5000  # auto: exact ILP extraction up to this many e-nodes

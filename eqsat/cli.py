@@ -6,8 +6,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from eqsat.saturate import Iteration
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pir"
 
@@ -18,13 +22,28 @@ def _limits(args: argparse.Namespace):
     return Limits(max_iterations=args.max_iterations, max_nodes=args.max_nodes, timeout_s=args.timeout)
 
 
-def _progress(it) -> None:
-    fired = sum(it.matches.values())
-    print(
-        f"  iteration {it.index}: {it.nodes} e-nodes, {it.classes} e-classes, {fired} matches, "
-        f"{it.seconds * 1e3:.1f} ms",
-        file=sys.stderr,
-    )
+class _Progress:
+    """A progress bar over saturation iterations (tqdm, on stderr); ``-v`` prints each one too."""
+
+    def __init__(self, total: int, verbose: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc="saturating", unit="it", file=sys.stderr, leave=False)
+        self.verbose = verbose
+
+    def __call__(self, it: Iteration) -> None:
+        self.bar.update(1)
+        self.bar.set_postfix(nodes=it.nodes, classes=it.classes)
+        if self.verbose:
+            fired = sum(it.matches.values())
+            self.bar.write(
+                f"  iteration {it.index}: {it.nodes} e-nodes, {it.classes} e-classes, {fired} matches, "
+                f"{it.seconds * 1e3:.1f} ms",
+                file=sys.stderr,
+            )
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _optimize(args: argparse.Namespace) -> int:
@@ -32,14 +51,19 @@ def _optimize(args: argparse.Namespace) -> int:
 
     program = eqsat.load(args.file)
     rules = args.rules.split(",") if args.rules else None
-    result = eqsat.optimize(
-        program,
-        rules=rules,
-        cost=args.cost,
-        limits=_limits(args),
-        progress=_progress if args.verbose else None,
-        verify=args.verify,
-    )
+    progress = _Progress(args.max_iterations, args.verbose)
+    try:
+        result = eqsat.optimize(
+            program,
+            rules=rules,
+            cost=args.cost,
+            limits=_limits(args),
+            progress=progress,
+            verify=args.verify,
+            extractor=args.extractor,
+        )
+    finally:
+        progress.close()
     if not args.quiet:
         print("== before\n" + str(program))
         print("== after\n" + str(result.program))
@@ -56,6 +80,15 @@ def _show(args: argparse.Namespace) -> int:
     program = eqsat.load(args.file)
     print(program)
     print("ops: " + ", ".join(f"{k} x{v}" for k, v in program.op_counts().items()))
+    if args.svg:
+        from eqsat.show import Picture, program_graph
+
+        Picture(program_graph(program, Path(args.file).name)).save(args.svg)
+        print(f"wrote {args.svg}")
+    if args.egraph_svg:
+        result = eqsat.optimize(program)
+        result.show("egraph").save(args.egraph_svg)
+        print(f"wrote {args.egraph_svg} (the saturated e-graph)")
     return 0
 
 
@@ -117,13 +150,21 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--max-nodes", type=int, default=20_000, help="e-node limit (default: 20000)")
     opt.add_argument("--timeout", type=float, default=10.0, help="saturation time limit in s (default: 10)")
     opt.add_argument("--verify", action="store_true", help="check original vs optimized on random inputs")
+    opt.add_argument(
+        "--extractor",
+        default="auto",
+        choices=("auto", "greedy", "ilp"),
+        help="auto: exact ILP up to 5000 e-nodes, else greedy (default: auto)",
+    )
     opt.add_argument("-o", "--output", help="write the optimized program (eqsat text) to this file")
     opt.add_argument("-q", "--quiet", action="store_true", help="print the report only")
     opt.add_argument("-v", "--verbose", action="store_true", help="print each saturation iteration")
     opt.set_defaults(func=_optimize)
 
-    show = sub.add_parser("show", help="print a program in eqsat's text form")
+    show = sub.add_parser("show", help="print a program in eqsat's text form; draw it or its e-graph")
     show.add_argument("file")
+    show.add_argument("--svg", help="draw the program (graphviz) into this SVG file")
+    show.add_argument("--egraph-svg", help="saturate it and draw the e-graph into this SVG file")
     show.set_defaults(func=_show)
 
     rules = sub.add_parser("rules", help="list the rewrite rules by theme")
