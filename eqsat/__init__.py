@@ -1,7 +1,7 @@
 """eqsat: optimize tensor programs by equality saturation (egglog), run them with JAX."""
 
 from eqsat.api import OptimizeResult, Report, optimize
-from eqsat.cost import CostModel, Flops, NodeCount
+from eqsat.cost import CostModel, Flops, NodeCount, Roofline
 from eqsat.errors import EqsatError, MiscompileError, ParseError, ShapeError, UnsupportedError
 from eqsat.frontend.builder import Builder
 from eqsat.frontend.jax import from_jax
@@ -23,6 +23,7 @@ __all__ = [
     "ParseError",
     "Program",
     "Report",
+    "Roofline",
     "ShapeError",
     "TensorType",
     "UnsupportedError",

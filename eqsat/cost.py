@@ -129,9 +129,18 @@ class FunctionCost(CostModel):
 MODELS: dict[str, Callable[[], CostModel]] = {"nodes": NodeCount, "flops": Flops, "roofline": Roofline}
 
 
+def _measured() -> CostModel:
+    from eqsat.measured import Measured
+
+    return Measured()
+
+
+MODELS["measured"] = _measured
+
+
 def get_cost_model(cost: str | CostModel | Callable[..., float]) -> CostModel:
-    """A cost model from its name (``nodes``, ``flops``, ``roofline``, ``roofline:h100``), an instance,
-    or a function."""
+    """A cost model from its name (``nodes``, ``flops``, ``roofline``, ``roofline:h100``, ``measured``),
+    an instance, or a function."""
     if isinstance(cost, CostModel):
         return cost
     if isinstance(cost, str) and cost.startswith("roofline:"):

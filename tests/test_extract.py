@@ -1,0 +1,128 @@
+"""Extraction: greedy DAG, greedy tree and the exact ILP against brute force; never a cyclic program;
+cost models, including the measured one."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import eqsat
+from eqsat import Builder, Flops, NodeCount, Roofline
+from eqsat.egraph import Serialized, decode, encode, new_egraph
+from eqsat.extract import greedy_dag, greedy_tree, ilp
+from eqsat.measured import Measured
+from eqsat.rules import select
+from eqsat.saturate import Limits, install, saturate
+from eqsat.verify import validate
+from tests.strategies import programs
+
+
+def _saturated(program, rules=None):
+    enc = encode(program)
+    egraph = new_egraph()
+    egraph.parse_and_run_program(enc.commands)
+    install(egraph, select(rules))
+    saturate(egraph, Limits(max_iterations=6, max_nodes=400))
+    graph = Serialized(egraph.serialize([]).to_json())
+    return graph, enc
+
+
+def _brute_force(graph, enc, program, model):
+    """The cheapest acyclic program over every choice of node per reachable class (tiny graphs only)."""
+    classes = list(graph.classes)
+    best = float("inf")
+    for combo in itertools.product(*(graph.classes[c] for c in classes)):
+        pick = dict(zip(classes, combo, strict=True))
+        try:
+            cost = model.program_cost(decode(graph, enc, pick.__getitem__, program))
+        except RecursionError:
+            continue  # this choice is cyclic
+        best = min(best, cost)
+    return best
+
+
+def _small_program():
+    b = Builder()
+    x = b.input("x", (4, 8))
+    t = b.transpose(b.transpose(x, perm=(1, 0)), perm=(1, 0))
+    y = b.relu(b.transpose(b.exp(b.transpose(t, perm=(1, 0))), perm=(1, 0)))
+    return b.build(b.add(y, t), b.reshape(b.reshape(y, shape=(32,)), shape=(8, 4)))
+
+
+@pytest.mark.parametrize("model", [NodeCount(), Flops(), Roofline("cpu")], ids=lambda m: m.name)
+def test_ilp_and_greedy_agree_with_brute_force(model):
+    program = _small_program()
+    graph, enc = _saturated(program, ["transpose", "reshape"])
+    assert max(len(n) for n in graph.classes.values()) > 1
+    assert np.prod([len(n) for n in graph.classes.values()]) < 50_000
+    optimum = _brute_force(graph, enc, program, model)
+    roots = [graph.roots[r] for r in enc.roots]
+    exact = model.program_cost(decode(graph, enc, ilp(graph, model, roots), program))
+    greedy = model.program_cost(decode(graph, enc, greedy_dag(graph, model), program))
+    assert exact == pytest.approx(optimum, rel=1e-9)
+    assert greedy == pytest.approx(optimum, rel=1e-9)
+
+
+def test_ilp_finds_sharing_greedy_cannot_see():
+    """Three outputs reading one merged matmul: only the whole-graph ILP sees the shared cost."""
+    b = Builder()
+    x = b.input("x", (1, 128, 768))
+    rng = np.random.default_rng(0)
+    outs = [
+        b.linear(
+            x,
+            b.param(f"w{i}", (768, 768), data=rng.normal(size=(768, 768))),
+            b.param(f"b{i}", (768,), data=rng.normal(size=768)),
+        )
+        for i in range(3)
+    ]
+    program = b.build(*outs)
+    greedy = eqsat.optimize(program, cost="roofline:h100", extractor="greedy")
+    exact = eqsat.optimize(program, cost="roofline:h100", extractor="ilp")
+    assert exact.report.cost_after < greedy.report.cost_after
+    assert exact.report.extractor == "ilp"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(max_ops=8))
+def test_extractions_are_acyclic_valid_and_ilp_is_never_worse(program):
+    graph, enc = _saturated(program)
+    model = Roofline("cpu")
+    roots = [graph.roots[r] for r in enc.roots]
+    results = {}
+    for name, choice in (("dag", greedy_dag(graph, model)), ("tree", greedy_tree(graph, model))):
+        results[name] = decode(graph, enc, choice, program)  # decoding a cyclic choice would recurse forever
+    results["ilp"] = decode(graph, enc, ilp(graph, model, roots, warm=greedy_tree(graph, model)), program)
+    for extracted in results.values():
+        validate(program, extracted, trials=1, compile=False)
+    costs = {k: model.program_cost(v) for k, v in results.items()}
+    assert costs["ilp"] <= costs["tree"] * (1 + 1e-9)
+
+
+def test_measured_model_times_once_then_reads_its_cache(tmp_path):
+    b = Builder()
+    x, w = b.input("x", (64, 64)), b.input("w", (64, 64))
+    program = b.build(b.relu(b.matmul(x, w)))
+    first = Measured(tmp_path / "timings.json", repeats=2)
+    cost = first.program_cost(program)
+    assert first.measured_now == 2 and cost > 0 and (tmp_path / "timings.json").exists()
+    again = Measured(tmp_path / "timings.json")
+    assert again.program_cost(program) == cost and again.measured_now == 0
+
+
+def test_measured_model_interpolates_beyond_its_budget(tmp_path):
+    def matmul(n):
+        b = Builder()
+        x, w = b.input("x", (n, n)), b.input("w", (n, n))
+        return b.build(b.matmul(x, w))
+
+    model = Measured(tmp_path / "t.json", repeats=2, budget=1)
+    small = model.program_cost(matmul(64))
+    big = model.program_cost(matmul(512))
+    assert model.measured_now == 1
+    roof = Roofline()
+    ratio = small / roof.program_cost(matmul(64))
+    assert big == pytest.approx(roof.program_cost(matmul(512)) * ratio)
