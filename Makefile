@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint fuzz clean
+.PHONY: setup demo test lint fuzz bench clean
 
 setup: $(STAMP)
 
@@ -29,3 +29,7 @@ clean:
 
 fuzz: $(STAMP)
 	EQSAT_FUZZ_EXAMPLES=$${EQSAT_FUZZ_EXAMPLES:-5000} $(PY) -m pytest tests/test_fuzz.py
+
+bench: $(STAMP)
+	$(PY) -m bench.rewrites
+	$(PY) -m bench.suite

@@ -3,7 +3,8 @@
 Cases: the matmul chain ((A@B)@C)@x with 2048² matrices; attention (B=1, H=8, D=64) for S in
 512..8192 (and 32768 under eqsat alone: naive scores would need 32 GiB); the Q/K/V projections of a
 BERT-base layer; the distributivity case x@W + y@W. For each: speed-up (median of interleaved runs),
-peak memory from XLA's buffer assignment, the ops eqsat chose, and the numeric difference.
+peak memory (attention: peak RSS growth of one call in a fresh process), the ops eqsat chose, and the
+numeric difference.
 
     python -m bench.rewrites [--quick]     # writes bench/rewrites.json (make bench runs it)
 """
@@ -19,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqsat
-from bench.common import interleaved, max_abs_diff, peak_bytes, write
+from bench.common import interleaved, max_abs_diff, write
+from bench.memory import peak_rss_growth
 
 RNG = np.random.default_rng(0)
 
@@ -39,7 +41,6 @@ def case(
         "ops": result.program.op_counts(),
         "rules_fired": result.report.rules_fired,
         "optimize_s": sum(result.report.timings.values()),
-        "eqsat_peak_bytes": peak_bytes(lambda *a: fast(*a), args),
     }
     if baseline:
         plain = jax.jit(fn)
@@ -48,10 +49,8 @@ def case(
             "eqsat_s": times["eqsat"],
             "jax_s": times["jax"],
             "speedup": times["jax"] / times["eqsat"],
-            "jax_peak_bytes": peak_bytes(fn, args),
             "max_abs_diff": max_abs_diff(out, plain(*args)),
         }
-        row["memory_ratio"] = row["jax_peak_bytes"] / row["eqsat_peak_bytes"]
     else:
         row["eqsat_s"] = interleaved({"eqsat": lambda: fast(*args)}, max(1, repeats // 5))["eqsat"]
     print({k: v for k, v in row.items() if k != "rules_fired"}, flush=True)
@@ -86,10 +85,20 @@ def main() -> None:
     lengths = (256, 512) if args.quick else (512, 1024, 2048, 4096, 8192)
     for s in lengths:
         q, k, v = (_normal(1, 8, s, 64) for _ in range(3))
-        rows.append(case(f"attention_S{s}", attention, (q, k, v), max(3, repeats // (s // 1024 or 1))))
+        row = case(f"attention_S{s}", attention, (q, k, v), max(3, repeats // (s // 1024 or 1)))
+        row |= {f"{v}_peak_rss_bytes": peak_rss_growth("attention", s, v) for v in ("eqsat", "jax")}
+        row["memory_ratio"] = row["jax_peak_rss_bytes"] / max(row["eqsat_peak_rss_bytes"], 1)
+        print(
+            f"  peak RSS growth: eqsat {row['eqsat_peak_rss_bytes'] / 2**20:.0f} MB, "
+            f"jax {row['jax_peak_rss_bytes'] / 2**20:.0f} MB",
+            flush=True,
+        )
+        rows.append(row)
     if not args.quick:
         q, k, v = (_normal(1, 8, 32768, 64) for _ in range(3))
-        rows.append(case("attention_S32768", attention, (q, k, v), 5, baseline=False))
+        row = case("attention_S32768", attention, (q, k, v), 5, baseline=False)
+        row["eqsat_peak_rss_bytes"] = peak_rss_growth("attention", 32768, "eqsat")
+        rows.append(row)
     d = 256 if args.quick else 768
     w = tuple(_normal(d, d, scale=d**-0.5) for _ in range(3))
     b = tuple(_normal(d) for _ in range(3))
