@@ -98,7 +98,8 @@ def optimize(
     ``cost`` and return it. Within ``limits``, the best program found so far is returned; if that is
     not cheaper than the input, the input is returned unchanged. With ``verify``, both programs run on
     random inputs and a difference raises :class:`eqsat.MiscompileError`. ``extractor``: ``greedy``,
-    ``ilp`` (exact, HiGHS, 10 s limit, warm-started from greedy) or ``auto`` (ILP up to 5000 e-nodes).
+    ``ilp`` (exact, HiGHS, warm-started from greedy, best found within ``limits.ilp_timeout_s``) or
+    ``auto`` (ILP up to 5000 e-nodes).
     """
     model = get_cost_model(cost)
     chosen = _resolve_rules(rules)
@@ -109,11 +110,12 @@ def optimize(
     egraph.parse_and_run_program(enc.commands)
     install(egraph, chosen)
     timings["encode"] = time.perf_counter() - t
-    sat = saturate(egraph, limits or Limits(), progress)
+    limits = limits or Limits()
+    sat = saturate(egraph, limits, progress)
     timings["saturate"] = sat.seconds
     t = time.perf_counter()
     graph = Serialized(egraph.serialize([]).to_json())
-    best, extractor = _extract(graph, enc, program, model, extractor)
+    best, extractor = _extract(graph, enc, program, model, extractor, limits.ilp_timeout_s)
     timings["extract"] = time.perf_counter() - t
     before, after = model.program_cost(program), model.program_cost(best)
     note = ""
@@ -134,7 +136,7 @@ DAG_MAX_NODES = 1500  # greedy DAG extraction (quadratic) up to this many; greed
 
 
 def _extract(
-    graph: Serialized, enc: Encoding, program: Program, model: CostModel, extractor: str
+    graph: Serialized, enc: Encoding, program: Program, model: CostModel, extractor: str, ilp_timeout_s: float
 ) -> tuple[Program, str]:
     """The cheapest program under ``model`` among the extractors that apply, and which one found it."""
     if extractor not in ("auto", "greedy", "ilp"):
@@ -145,7 +147,8 @@ def _extract(
     candidates = {"greedy": decode(graph, enc, warm, program)}
     if extractor == "ilp" or (extractor == "auto" and graph.num_nodes <= ILP_MAX_NODES):
         roots = [graph.roots[r] for r in enc.roots]
-        candidates["ilp"] = decode(graph, enc, ilp(graph, model, roots, constants, warm=warm), program)
+        exact = ilp(graph, model, roots, constants, time_limit_s=ilp_timeout_s, warm=warm)
+        candidates["ilp"] = decode(graph, enc, exact, program)
     name = min(candidates, key=lambda k: (model.program_cost(candidates[k]), k != "ilp"))
     return candidates[name], name
 

@@ -132,7 +132,6 @@ class Encoding:
     roots: list[str]
     leaves: dict[str, Value] = field(default_factory=dict)
     opaque: dict[str, Op] = field(default_factory=dict)
-    nodes: int = 0
 
 
 def encode(program: Program) -> Encoding:
@@ -168,7 +167,6 @@ def encode(program: Program) -> Encoding:
         cmds.append(f"(let {name} ({spec.ctor} {' '.join([*ins, *attrs])}))")
     enc.roots = [names[id(v)] for v in program.outputs]
     enc.commands = "\n".join(cmds)
-    enc.nodes = len(names)
     return enc
 
 

@@ -27,13 +27,15 @@ _TENSOR_TABLES_EXCLUDED = frozenset({"shape", "dtype", "concat-shape", "wants-co
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds on saturation. The best program found when a bound is hit is still returned."""
+    """Bounds on saturation (and on the ILP extractor's search). The best program found when a bound
+    is hit is still returned."""
 
     max_iterations: int = 30
     max_nodes: int = 20_000
     timeout_s: float = 10.0
     match_limit: int = 2_000
     ban_length: int = 5
+    ilp_timeout_s: float = 2.0
 
 
 @dataclass
