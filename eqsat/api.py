@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -111,7 +112,12 @@ def optimize(
     install(egraph, chosen)
     timings["encode"] = time.perf_counter() - t
     limits = limits or Limits()
-    sat = saturate(egraph, limits, progress)
+    try:
+        sat = saturate(egraph, limits, progress)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # egglog errors, and Rust panics (BaseException), e.g. a rule equating shapes
+        return _unchanged(program, model, timings, f"saturation failed, the input is returned: {e}")
     timings["saturate"] = sat.seconds
     t = time.perf_counter()
     graph = Serialized(egraph.serialize([]).to_json())
@@ -129,6 +135,14 @@ def optimize(
         validate(program, best, rules_fired=sorted(report.rules_fired))
         timings["verify"] = time.perf_counter() - t
     return OptimizeResult(best, program, report, graph)
+
+
+def _unchanged(program: Program, model: CostModel, timings: dict[str, float], note: str) -> OptimizeResult:
+    """The input, with a report that says why nothing was done; a warning too."""
+    warnings.warn(f"eqsat: {note}", RuntimeWarning, stacklevel=3)
+    cost = model.program_cost(program)
+    report = Report(SaturationReport(stop_reason="error"), model.name, cost, cost, timings, note, "none")
+    return OptimizeResult(program, program, report)
 
 
 ILP_MAX_NODES = 5000  # auto: exact ILP extraction up to this many e-nodes

@@ -118,3 +118,16 @@ def test_params_with_values_are_bound_and_without_are_arguments():
     xs, vs = np.ones((2, 3), np.float32), np.full((2, 3), 2.0, np.float32)
     (out,) = eqsat.optimize(program).fn(xs, vs)
     np.testing.assert_allclose(out, 3.0)
+
+
+def test_a_rule_that_breaks_the_egraph_returns_the_input_with_a_warning():
+    b = Builder()
+    x = b.input("x", (2, 3))
+    program = b.build(b.relu(b.transpose(x, perm=(1, 0))))
+    wrong = eqsat.rules.base.rule(
+        "drop-transpose", "wrong: changes the shape", "(Transpose x p)", "x", example=lambda rng: {}
+    )
+    with pytest.warns(RuntimeWarning, match="saturation failed"):
+        result = eqsat.optimize(program, rules=[wrong])
+    assert result.program is program
+    assert "Illegal merge" in result.report.note and result.report.stop_reason == "error"
