@@ -74,7 +74,28 @@ def _merge_example(rng: Any) -> dict[str, Any]:
     return {"x": TensorType((2, m, k), F32), **weights, **biases, "act": "relu"}
 
 
+def _near(var: str, value: float, tol: float = 1e-6) -> tuple[str, str]:
+    return f"(> {var} {value - tol!r})", f"(< {var} {value + tol!r})"
+
+
+# x·0.5·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as jax.nn.gelu writes it out (scalar products as scales).
+_GELU_TANH = (
+    "(Mul x (Scale (Add (Full (vec-empty) 1.0 d) "
+    "(Tanh (Scale (Add x (Scale (Mul (Mul x x) x) c1 0.0)) c2 0.0))) 0.5 0.0))"
+)
+
 RULES = [
+    Rule(
+        "gelu-tanh-form",
+        "the tanh approximation of GELU written out (as jax.nn.gelu traces) is the gelu op",
+        (Variant(_GELU_TANH, "(Gelu x)", (*_near("c1", 0.044715), *_near("c2", 0.7978845608))),),
+        lambda rng: {
+            "x": TensorType((3, 5), F32),
+            "d": F32,
+            "c1": 0.044714998453855515,
+            "c2": 0.7978845834732056,
+        },
+    ),
     Rule(
         "matmul-bias-to-linear",
         "a matmul followed by a bias add over its last dim is one linear kernel",

@@ -82,6 +82,15 @@ def test_models_agree_with_jax_jit_and_print_canonical_ops(name):
     assert bool({"matmul", "linear"} & set(counts)) == (name != "layer_norm")
 
 
+def test_jax_nn_gelu_is_recognized_and_fused_into_the_linear_epilogue():
+    fast = eqsat.jit(lambda x, w, b: jax.nn.gelu(x @ w + b), verify=True)
+    x, w, b = _normal(4, 8), _normal(8, 16), _normal(16)
+    np.testing.assert_allclose(fast(x, w, b), jax.nn.gelu(x @ w + b), rtol=1e-5, atol=1e-6)
+    (result,) = fast.results.values()
+    (op,) = result.program.live_ops()
+    assert op.name == "linear" and op.attrs["act"] == "gelu"
+
+
 def test_unknown_primitives_run_as_opaque():
     def f(x):
         return jnp.sort(jnp.exp(x.T).T, axis=-1) + lax.cumsum(x, axis=0)
