@@ -12,7 +12,7 @@ from typing import Any
 import jax
 
 from eqsat.cost import CostModel, get_cost_model
-from eqsat.egraph import Encoding, Serialized, decode, encode, new_egraph
+from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog, new_egraph
 from eqsat.extract import greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
 from eqsat.rules import Rule, select
@@ -99,8 +99,8 @@ def optimize(
     ``cost`` and return it. Within ``limits``, the best program found so far is returned; if that is
     not cheaper than the input, the input is returned unchanged. With ``verify``, both programs run on
     random inputs and a difference raises :class:`eqsat.MiscompileError`. ``extractor``: ``greedy``,
-    ``ilp`` (exact, HiGHS, warm-started from greedy, best found within ``limits.ilp_timeout_s``) or
-    ``auto`` (ILP up to 5000 e-nodes).
+    ``ilp`` (exact, HiGHS, warm-started from greedy, best found within ``limits.ilp_timeout_s``),
+    ``auto`` (ILP up to 5000 e-nodes), or ``egglog`` (egglog's own tree extraction, as a reference).
     """
     model = get_cost_model(cost)
     chosen = _resolve_rules(rules)
@@ -121,7 +121,10 @@ def optimize(
     timings["saturate"] = sat.seconds
     t = time.perf_counter()
     graph = Serialized(egraph.serialize([]).to_json())
-    best, extractor = _extract(graph, enc, program, model, extractor, limits.ilp_timeout_s)
+    if extractor == "egglog":
+        best = extract_with_egglog(egraph, enc, program)
+    else:
+        best, extractor = _extract(graph, enc, program, model, extractor, limits.ilp_timeout_s)
     timings["extract"] = time.perf_counter() - t
     before, after = model.program_cost(program), model.program_cost(best)
     note = ""
@@ -154,7 +157,7 @@ def _extract(
 ) -> tuple[Program, str]:
     """The cheapest program under ``model`` among the extractors that apply, and which one found it."""
     if extractor not in ("auto", "greedy", "ilp"):
-        raise ValueError(f"unknown extractor {extractor!r} (auto, greedy, ilp)")
+        raise ValueError(f"unknown extractor {extractor!r} (auto, greedy, ilp, egglog)")
     constants = graph.constant_classes(enc, program.param_values)
     small = graph.num_nodes <= DAG_MAX_NODES
     warm = greedy_dag(graph, model, constants) if small else greedy_tree(graph, model, constants)

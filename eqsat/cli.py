@@ -153,8 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument(
         "--extractor",
         default="auto",
-        choices=("auto", "greedy", "ilp"),
-        help="auto: exact ILP up to 5000 e-nodes, else greedy (default: auto)",
+        choices=("auto", "greedy", "ilp", "egglog"),
+        help="auto: exact ILP up to 5000 e-nodes, else greedy; egglog: its own tree extraction, "
+        "for reference (default: auto)",
     )
     opt.add_argument("-o", "--output", help="write the optimized program (eqsat text) to this file")
     opt.add_argument("-q", "--quiet", action="store_true", help="print the report only")

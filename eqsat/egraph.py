@@ -289,45 +289,94 @@ def input_classes(graph: Serialized, node: Node, choose: Any) -> list[str]:
     return list(node.children[: spec.arity])
 
 
+class _Rebuilder:
+    """Builds the ops of a decoded Program: leaves, opaque ops (one op per key), canonical ops."""
+
+    def __init__(self, enc: Encoding, original: Program) -> None:
+        self.enc = enc
+        self.out = Program(
+            list(original.inputs),
+            list(original.params),
+            [],
+            [],
+            list(original.output_names),
+            dict(original.param_values),
+        )
+        self.opaque: dict[str, Op] = {}
+
+    def value(self, ctor: str, ins: list[Value], attrs: list[Any]) -> Value:
+        """The value of constructor ``ctor`` applied to tensor inputs ``ins`` and primitive ``attrs``."""
+        if ctor == "Input":
+            return self.enc.leaves[attrs[0]]
+        if ctor == "Opaque":
+            key, index = attrs
+            if key not in self.opaque:
+                orig = self.enc.opaque[key]
+                outs = tuple(Value(v.type) for v in orig.outputs)
+                self.opaque[key] = Op(orig.name, tuple(ins), dict(orig.attrs), outs, orig.payload)
+                self.out.ops.append(self.opaque[key])
+            return self.opaque[key].outputs[index]
+        spec = _CTORS[ctor]
+        return self.out.add_op(spec.name, ins, **dict(zip((a.name for a in spec.attrs), attrs, strict=True)))
+
+
 def decode(graph: Serialized, enc: Encoding, choose: Any, original: Program) -> Program:
     """Rebuild a Program from a choice of one node per class (``choose``: class -> Node)."""
-    out = Program(
-        list(original.inputs),
-        list(original.params),
-        [],
-        [],
-        list(original.output_names),
-        dict(original.param_values),
-    )
+    rebuild = _Rebuilder(enc, original)
     memo: dict[str, Value] = {}
-    opaque_done: dict[str, Op] = {}
 
     def build(cid: str) -> Value:
-        if cid in memo:
-            return memo[cid]
-        node = choose(cid)
-        ins = [build(c) for c in input_classes(graph, node, choose)]
-        if node.op == "Input":
-            value = enc.leaves[graph.value(node.children[0])]
-        elif node.op == "Opaque":
-            key, index = graph.value(node.children[0]), graph.value(node.children[2])
-            if key not in opaque_done:
-                orig = enc.opaque[key]
-                opaque_done[key] = Op(
-                    orig.name,
-                    tuple(ins),
-                    dict(orig.attrs),
-                    tuple(Value(v.type) for v in orig.outputs),
-                    orig.payload,
-                )
-                out.ops.append(opaque_done[key])
-            value = opaque_done[key].outputs[index]
-        else:
+        if cid not in memo:
+            node = choose(cid)
+            ins = [build(c) for c in input_classes(graph, node, choose)]
             spec = spec_of(node)
-            assert spec is not None, node
-            value = out.add_op(spec.name, ins, **attrs_of(graph, node, spec))
-        memo[cid] = value
-        return value
+            if node.op == "Input":
+                attrs = [graph.value(node.children[0])]
+            elif node.op == "Opaque":
+                attrs = [graph.value(node.children[0]), graph.value(node.children[2])]
+            else:
+                assert spec is not None, node
+                attrs = list(attrs_of(graph, node, spec).values())
+            memo[cid] = rebuild.value(node.op, ins, attrs)
+        return memo[cid]
 
-    out.outputs = [build(graph.roots[r]) for r in enc.roots]
-    return out
+    rebuild.out.outputs = [build(graph.roots[r]) for r in enc.roots]
+    return rebuild.out
+
+
+def extract_with_egglog(egraph: bindings.EGraph, enc: Encoding, original: Program) -> Program:
+    """egglog's own extraction (tree cost, every node 1), kept as a reference for our extractors."""
+    rebuild = _Rebuilder(enc, original)
+    memo: dict[tuple[int, int], Any] = {}
+
+    def build(dag: Any, term: int) -> Any:
+        if (id(dag), term) in memo:
+            return memo[id(dag), term]
+        t = dag.get(term)
+        if type(t).__name__ == "TermLit":
+            result = t.value.value
+        elif t.name == "vec-of":
+            result = tuple(build(dag, a) for a in t.args)
+        elif t.name == "vec-empty":
+            result = ()
+        elif t.name == "TNil":
+            result = []
+        elif t.name == "TCons":
+            result = [build(dag, t.args[0]), *build(dag, t.args[1])]
+        else:
+            args = [build(dag, a) for a in t.args]
+            spec = _CTORS.get(t.name)
+            n_in = (
+                1 if t.name == "Opaque" or (spec and spec.arity == VARIADIC) else (spec.arity if spec else 0)
+            )
+            ins = [v for a in args[:n_in] for v in (a if isinstance(a, list) else [a])]
+            attrs = args[n_in:] if t.name != "Opaque" else [args[0], args[2]]
+            if t.name == "Opaque":
+                ins = args[1]
+            result = rebuild.value(t.name, ins, attrs)
+        memo[id(dag), term] = result
+        return result
+
+    extracted = [egraph.parse_and_run_program(f"(extract {root})")[0] for root in enc.roots]
+    rebuild.out.outputs = [build(e.termdag, e.term) for e in extracted]  # all dags alive: ids stay unique
+    return rebuild.out

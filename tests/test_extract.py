@@ -126,3 +126,11 @@ def test_measured_model_interpolates_beyond_its_budget(tmp_path):
     roof = Roofline()
     ratio = small / roof.program_cost(matmul(64))
     assert big == pytest.approx(roof.program_cost(matmul(512)) * ratio)
+
+
+@pytest.mark.parametrize("name", ["drr_transpose_before", "multihead_attention_before"])
+def test_egglog_reference_extraction_is_valid_and_never_beats_ours(pir_path, name):
+    program = eqsat.load(pir_path(name))
+    reference = eqsat.optimize(program, cost="nodes", extractor="egglog", verify=True)
+    ours = eqsat.optimize(program, cost="nodes", extractor="ilp", verify=True)
+    assert ours.report.cost_after <= reference.report.cost_after
