@@ -13,7 +13,7 @@ from dataclasses import dataclass
 class Device:
     """A roofline: ``time(kernel) = max(flops / peak_flops, bytes / bandwidth) + launch_s``, where a
     kernel moving no more than ``cache_bytes`` streams at ``cache_bandwidth`` instead. A step of a
-    sequential device loop (``lax.scan``/``lax.map``, as in flash attention) costs ``loop_step_s`` more:
+    sequential device loop (``lax.fori_loop``/``lax.scan``, as in flash attention) costs ``loop_step_s`` more:
     the loop's bookkeeping and the lower efficiency of its smaller kernels."""
 
     name: str

@@ -279,6 +279,20 @@ def _binary(name: str, doc: str) -> OpDef:
     return OpDef(name, 2, doc, shape=Broadcast(), elementwise=True)
 
 
+def _attention(name: str, doc: str, phases: PhasesFn) -> OpDef:
+    """The attention ops differ only in how they run (their kernels), not in what they compute."""
+    return OpDef(
+        name,
+        4,
+        doc,
+        (Attr("scale", "float"),),
+        Attention(),
+        flops=_attention_flops,
+        phases=phases,
+        same_dtype=(0, 1, 2, 3),
+    )
+
+
 _AXIS = Attr("axis", "int")
 _OPS = [
     OpDef(
@@ -395,25 +409,13 @@ _OPS = [
         flops=lambda i, o, a: 2.0 * o.size,
         same_dtype=(0, 1, 2),
     ),
-    OpDef(
-        "attention",
-        4,
-        "softmax(q kᵀ·scale + mask) v, scores materialized (q, k, v, mask)",
-        (Attr("scale", "float"),),
-        Attention(),
-        flops=_attention_flops,
-        phases=_attention_phases,
-        same_dtype=(0, 1, 2, 3),
+    _attention(
+        "attention", "softmax(q kᵀ·scale + mask) v, scores materialized (q, k, v, mask)", _attention_phases
     ),
-    OpDef(
+    _attention(
         "flash_attention",
-        4,
         "attention streamed over key blocks with the online (stats-form) softmax: no S×S scores",
-        (Attr("scale", "float"),),
-        Attention(),
-        flops=_attention_flops,
-        phases=_flash_phases,
-        same_dtype=(0, 1, 2, 3),
+        _flash_phases,
     ),
     OpDef(
         "select",

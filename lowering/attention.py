@@ -1,12 +1,12 @@
 """Attention lowerings: naive (scores materialized) and flash (blocked online softmax).
 
-``flash_attention`` maps over query blocks and, within each, streams over key blocks with
-``lax.scan``, carrying the softmax stats (running max ``m``, running sum ``l``) and an accumulator
-rescaled by ``exp(m_old - m_new)`` whenever the max grows — the stats form of softmax. It never
-materializes the S×S scores (one block of them at a time), accumulates in float32
-for float16/bfloat16 inputs, and is exact for ``-inf`` masks: a fully masked row gives ``0/0``
-(NaN), as naive softmax does. On a GPU backend, float16/bfloat16 inputs of rank 4 go to cuDNN's fused
-attention (``jax.nn.dot_product_attention(implementation="cudnn")``) when it accepts them.
+``flash_attention`` loops over query blocks and, within each, streams over key blocks
+(``lax.fori_loop``, blocks sliced in place, never copied), carrying the softmax stats (running max
+``m``, running sum ``l``) and an accumulator rescaled by ``exp(m_old - m_new)`` whenever the max grows
+— the stats form of softmax. It never materializes the S×S scores (one block of them at a time),
+accumulates in float32 for float16/bfloat16 inputs, and is exact for ``-inf`` masks: a fully masked row
+gives ``0/0`` (NaN), as naive softmax does. On a GPU backend, float16/bfloat16 inputs of rank 4 go to
+cuDNN's fused attention (``jax.nn.dot_product_attention(implementation="cudnn")``) when it accepts them.
 """
 
 from __future__ import annotations
@@ -42,24 +42,27 @@ def _cudnn(q: Array, k: Array, v: Array, mask: Array, scale: float) -> Array | N
     return jnp.swapaxes(out, 1, 2)
 
 
-def _blocks(x: Array, axis: int, size: int, count: int, fill: float = 0.0) -> Array:
-    """Pad ``axis`` to ``count * size`` and move the block index to the front."""
-    pad = count * size - x.shape[axis]
-    if pad:
-        widths = [(0, 0)] * x.ndim
-        widths[axis] = (0, pad)
-        x = jnp.pad(x, widths, constant_values=fill)
-    axis %= x.ndim
-    x = x.reshape(*x.shape[:axis], count, size, *x.shape[axis + 1 :])
-    return jnp.moveaxis(x, axis, 0)
+def _pad(x: Array, axis: int, length: int, fill: float = 0.0) -> Array:
+    """Pad ``axis`` with ``fill`` up to ``length`` (no copy when it already has it)."""
+    pad = length - x.shape[axis]
+    if not pad:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths, constant_values=fill)
 
 
-def _online_softmax(q: Array, kb: Array, vb: Array, mb: Array) -> Array:
-    """softmax(q kᵀ + mask) v for one query block, streaming over key blocks with the stats form."""
+def _online_softmax(q: Array, k: Array, v: Array, mask: Array, bk: int, nk: int) -> Array:
+    """softmax(q kᵀ + mask) v for one query block, streaming over key blocks with the stats form.
 
-    def step(carry: tuple[Array, Array, Array], xs: tuple[Array, Array, Array]) -> tuple[tuple, None]:
+    Blocks are sliced in place (``dynamic_slice``), so keys, values and mask are never copied.
+    """
+
+    def step(j: Array, carry: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
         m, total, acc = carry
-        k_blk, v_blk, mask_blk = xs
+        k_blk = lax.dynamic_slice_in_dim(k, j * bk, bk, axis=k.ndim - 2)
+        v_blk = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=v.ndim - 2)
+        mask_blk = lax.dynamic_slice_in_dim(mask, j * bk, bk, axis=mask.ndim - 1)
         s = jnp.matmul(q, jnp.swapaxes(k_blk, -1, -2)) + mask_blk
         m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
         safe = jnp.where(jnp.isneginf(m_new), 0.0, m_new)  # rows masked so far: exp(-inf - 0) = 0
@@ -67,15 +70,15 @@ def _online_softmax(q: Array, kb: Array, vb: Array, mb: Array) -> Array:
         rescale = jnp.exp(jnp.where(jnp.isneginf(m), -jnp.inf, m - safe))
         total = total * rescale + jnp.sum(p, axis=-1, keepdims=True)
         acc = acc * rescale + jnp.matmul(p, v_blk)
-        return (m_new, total, acc), None
+        return m_new, total, acc
 
     rows = (*q.shape[:-1], 1)
     init = (
         jnp.full(rows, -jnp.inf, q.dtype),
         jnp.zeros(rows, q.dtype),
-        jnp.zeros((*q.shape[:-1], vb.shape[-1]), q.dtype),
+        jnp.zeros((*q.shape[:-1], v.shape[-1]), q.dtype),
     )
-    (_, total, acc), _ = lax.scan(step, init, (kb, vb, mb))
+    _, total, acc = lax.fori_loop(0, nk, step, init)
     return acc / total  # a fully masked row: 0 / 0 = NaN, as in naive softmax
 
 
@@ -84,19 +87,22 @@ def flash_attention(q: Array, k: Array, v: Array, mask: Array, *, scale: float) 
     fused = _cudnn(q, k, v, mask, scale)
     if fused is not None:
         return fused
-    out_dtype, sq = q.dtype, q.shape[-2]
+    out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
-    q, k, v = (t.astype(acc_dtype) for t in (q, k, v))
-    bq, bk, nq, nk = flash_blocks(sq, k.shape[-2])
+    bq, bk, nq, nk = flash_blocks(sq, sk)
+    q = _pad(q.astype(acc_dtype) * jnp.asarray(scale, acc_dtype), -2, nq * bq)
+    k, v = (_pad(t.astype(acc_dtype), -2, nk * bk) for t in (k, v))
     mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape).astype(acc_dtype)  # rank of the scores
-    mask = jnp.broadcast_to(mask, (*mask.shape[:-1], k.shape[-2]))
-    kb, vb = _blocks(k, -2, bk, nk), _blocks(v, -2, bk, nk)
-    mask = _blocks(mask, -1, bk, nk, fill=-jnp.inf)  # (nk, ..., Sq or 1, bk); padded keys masked
-    qb = _blocks(q * jnp.asarray(scale, acc_dtype), -2, bq, nq)
-    if mask.shape[-2] == 1:
-        out = lax.map(lambda qt: _online_softmax(qt, kb, vb, mask), qb)
-    else:
-        mq = _blocks(jnp.moveaxis(mask, 0, -1), -3, bq, nq)  # (nq, ..., bq, bk, nk)
-        out = lax.map(lambda xs: _online_softmax(xs[0], kb, vb, jnp.moveaxis(xs[1], -1, 0)), (qb, mq))
-    out = jnp.moveaxis(out, 0, -3).reshape(*q.shape[:-2], nq * bq, v.shape[-1])
+    mask = _pad(jnp.broadcast_to(mask, (*mask.shape[:-1], sk)), -1, nk * bk, fill=-jnp.inf)  # padded keys
+    if mask.shape[-2] != 1:
+        mask = _pad(mask, -2, nq * bq)
+
+    def query_block(i: Array, out: Array) -> Array:
+        qt = lax.dynamic_slice_in_dim(q, i * bq, bq, axis=q.ndim - 2)
+        mt = mask if mask.shape[-2] == 1 else lax.dynamic_slice_in_dim(mask, i * bq, bq, axis=mask.ndim - 2)
+        return lax.dynamic_update_slice_in_dim(
+            out, _online_softmax(qt, k, v, mt, bk, nk), i * bq, axis=out.ndim - 2
+        )
+
+    out = lax.fori_loop(0, nq, query_block, jnp.zeros((*q.shape[:-1], v.shape[-1]), acc_dtype))
     return out[..., :sq, :].astype(out_dtype)
