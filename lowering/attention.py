@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from eqsat.ops import flash_blocks
@@ -22,9 +23,16 @@ from . import register
 Array = jax.Array
 
 
+def _no_mask(mask: Array) -> bool:
+    """A mask known (at trace time) to be all zeros: nothing to add."""
+    return isinstance(mask, np.ndarray) and not mask.any()
+
+
 @register("attention")
 def naive_attention(q: Array, k: Array, v: Array, mask: Array, *, scale: float) -> Array:
-    scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * jnp.asarray(scale, q.dtype) + mask
+    scores = jnp.einsum("...qd,...kd->...qk", q * jnp.asarray(scale, q.dtype), k)
+    if not _no_mask(mask):
+        scores = scores + mask
     return jnp.matmul(jax.nn.softmax(scores, axis=-1), v)
 
 
@@ -52,7 +60,7 @@ def _pad(x: Array, axis: int, length: int, fill: float = 0.0) -> Array:
     return jnp.pad(x, widths, constant_values=fill)
 
 
-def _online_softmax(q: Array, k: Array, v: Array, mask: Array, bk: int, nk: int) -> Array:
+def _online_softmax(q: Array, k: Array, v: Array, mask: Array | None, bk: int, nk: int) -> Array:
     """softmax(q kᵀ + mask) v for one query block, streaming over key blocks with the stats form.
 
     Blocks are sliced in place (``dynamic_slice``), so keys, values and mask are never copied.
@@ -62,12 +70,16 @@ def _online_softmax(q: Array, k: Array, v: Array, mask: Array, bk: int, nk: int)
         m, total, acc = carry
         k_blk = lax.dynamic_slice_in_dim(k, j * bk, bk, axis=k.ndim - 2)
         v_blk = lax.dynamic_slice_in_dim(v, j * bk, bk, axis=v.ndim - 2)
-        mask_blk = lax.dynamic_slice_in_dim(mask, j * bk, bk, axis=mask.ndim - 1)
-        s = jnp.matmul(q, jnp.swapaxes(k_blk, -1, -2)) + mask_blk
+        s = jnp.einsum("...qd,...kd->...qk", q, k_blk)
+        if mask is not None:
+            s = s + lax.dynamic_slice_in_dim(mask, j * bk, bk, axis=mask.ndim - 1)
         m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
-        safe = jnp.where(jnp.isneginf(m_new), 0.0, m_new)  # rows masked so far: exp(-inf - 0) = 0
-        p = jnp.exp(s - safe)
-        rescale = jnp.exp(jnp.where(jnp.isneginf(m), -jnp.inf, m - safe))
+        if mask is None:  # every score finite: no row is fully masked
+            p, rescale = jnp.exp(s - m_new), jnp.exp(m - m_new)
+        else:
+            safe = jnp.where(jnp.isneginf(m_new), 0.0, m_new)  # rows masked so far: exp(-inf - 0) = 0
+            p = jnp.exp(s - safe)
+            rescale = jnp.exp(jnp.where(jnp.isneginf(m), -jnp.inf, m - safe))
         total = total * rescale + jnp.sum(p, axis=-1, keepdims=True)
         acc = acc * rescale + jnp.matmul(p, v_blk)
         return m_new, total, acc
@@ -92,14 +104,19 @@ def flash_attention(q: Array, k: Array, v: Array, mask: Array, *, scale: float) 
     bq, bk, nq, nk = flash_blocks(sq, sk)
     q = _pad(q.astype(acc_dtype) * jnp.asarray(scale, acc_dtype), -2, nq * bq)
     k, v = (_pad(t.astype(acc_dtype), -2, nk * bk) for t in (k, v))
-    mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape).astype(acc_dtype)  # rank of the scores
-    mask = _pad(jnp.broadcast_to(mask, (*mask.shape[:-1], sk)), -1, nk * bk, fill=-jnp.inf)  # padded keys
-    if mask.shape[-2] != 1:
-        mask = _pad(mask, -2, nq * bq)
+    if _no_mask(mask) and nk * bk == sk:
+        mask = None
+    else:
+        mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape).astype(acc_dtype)  # rank of the scores
+        mask = _pad(jnp.broadcast_to(mask, (*mask.shape[:-1], sk)), -1, nk * bk, fill=-jnp.inf)  # padded keys
+        if mask.shape[-2] != 1:
+            mask = _pad(mask, -2, nq * bq)
 
     def query_block(i: Array, out: Array) -> Array:
         qt = lax.dynamic_slice_in_dim(q, i * bq, bq, axis=q.ndim - 2)
-        mt = mask if mask.shape[-2] == 1 else lax.dynamic_slice_in_dim(mask, i * bq, bq, axis=mask.ndim - 2)
+        mt = mask
+        if mask is not None and mask.shape[-2] != 1:
+            mt = lax.dynamic_slice_in_dim(mask, i * bq, bq, axis=mask.ndim - 2)
         return lax.dynamic_update_slice_in_dim(
             out, _online_softmax(qt, k, v, mt, bk, nk), i * bq, axis=out.ndim - 2
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from . import register
@@ -32,17 +33,21 @@ def _gelu(x: Array) -> Array:
 
 
 @register("full")
-def _full(*, shape: tuple[int, ...], value: float, dtype: str) -> Array:
+def _full(*, shape: tuple[int, ...], value: float, dtype: str) -> Array | np.ndarray:
+    """A scalar full stays a numpy constant, so consumers can see its value (e.g. a zero mask)."""
+    if int(np.prod(shape)) <= 1:
+        return np.full(shape, value, dtype=jnp.dtype(dtype))
     return jnp.full(shape, value, dtype=dtype)
 
 
 @register("matmul")
 def _matmul(x: Array, y: Array, *, transpose_x: int, transpose_y: int) -> Array:
-    if transpose_x:
-        x = jnp.swapaxes(x, -1, -2)
-    if transpose_y:
-        y = jnp.swapaxes(y, -1, -2)
-    return jnp.matmul(x, y)
+    """Transpose flags become the contraction's dims (no transposed copies); batch dims broadcast."""
+    if not (transpose_x or transpose_y):
+        return jnp.matmul(x, y)
+    lhs = "...km" if transpose_x else "...mk"
+    rhs = "...nk" if transpose_y else "...kn"
+    return jnp.einsum(f"{lhs},{rhs}->...mn", x, y)
 
 
 @register("scale")
