@@ -35,7 +35,7 @@ class Limits:
     timeout_s: float = 10.0
     match_limit: int = 2_000
     ban_length: int = 5
-    ilp_timeout_s: float = 2.0
+    ilp_timeout_s: float = 1.0
 
 
 @dataclass
