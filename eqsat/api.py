@@ -123,10 +123,11 @@ def optimize(
     graph = Serialized(egraph.serialize([]).to_json())
     if extractor == "egglog":
         best = extract_with_egglog(egraph, enc, program)
+        after = model.program_cost(best)
     else:
-        best, extractor = _extract(graph, enc, program, model, extractor, limits.ilp_timeout_s)
+        best, extractor, after = _extract(graph, enc, program, model, extractor, limits.ilp_timeout_s)
     timings["extract"] = time.perf_counter() - t
-    before, after = model.program_cost(program), model.program_cost(best)
+    before = model.program_cost(program)
     note = ""
     if after > before:
         best, after, note = program, before, "extraction found nothing cheaper; the input is returned"
@@ -154,8 +155,8 @@ DAG_MAX_NODES = 1500  # greedy DAG extraction (quadratic) up to this many; greed
 
 def _extract(
     graph: Serialized, enc: Encoding, program: Program, model: CostModel, extractor: str, ilp_timeout_s: float
-) -> tuple[Program, str]:
-    """The cheapest program under ``model`` among the extractors that apply, and which one found it."""
+) -> tuple[Program, str, float]:
+    """The cheapest program under ``model`` among the extractors that apply, which one found it, its cost."""
     if extractor not in ("auto", "greedy", "ilp"):
         raise ValueError(f"unknown extractor {extractor!r} (auto, greedy, ilp, egglog)")
     constants = graph.constant_classes(enc, program.param_values)
@@ -166,8 +167,9 @@ def _extract(
         roots = [graph.roots[r] for r in enc.roots]
         exact = ilp(graph, model, roots, constants, time_limit_s=ilp_timeout_s, warm=warm)
         candidates["ilp"] = decode(graph, enc, exact, program)
-    name = min(candidates, key=lambda k: (model.program_cost(candidates[k]), k != "ilp"))
-    return candidates[name], name
+    costs = {k: model.program_cost(p) for k, p in candidates.items()}
+    name = min(candidates, key=lambda k: (costs[k], k != "ilp"))
+    return candidates[name], name, costs[name]
 
 
 def _resolve_rules(rules: Iterable[Rule | str] | None) -> list[Rule]:

@@ -14,10 +14,7 @@ import jax
 
 from eqsat.devices import Device, get_device
 from eqsat.ir import Program, TensorType
-from eqsat.ops import OPAQUE, OPS, Kernel
-
-# Ops XLA evaluates at compile time when all their inputs are constants (packing weights once).
-FOLDABLE = frozenset({"concat"})
+from eqsat.ops import FOLDABLE, OPAQUE, OPS, Kernel
 
 
 class CostModel:

@@ -20,7 +20,7 @@ from typing import Any
 from egglog import bindings
 
 from eqsat.ir import Op, Program, TensorType, Value
-from eqsat.ops import EGG_SORT, OPAQUE, OPS, VARIADIC, OpDef
+from eqsat.ops import EGG_SORT, FOLDABLE, OPAQUE, OPS, VARIADIC, OpDef
 from eqsat.shapes import MAX_RANK, Broadcast, Matmul, Permute
 
 ANALYSIS = "analysis"
@@ -246,7 +246,8 @@ class Serialized:
     def constant_classes(self, enc: Encoding, values: Iterable[str]) -> frozenset[str]:
         """Classes known at compile time: a ``full``, a leaf whose value is bound (``values``: names
         of params with values), or a concat of those."""
-        bound = {k for k, v in enc.leaves.items() if v.name in set(values)}
+        names = set(values)
+        bound = {k for k, v in enc.leaves.items() if v.name in names}
         const: set[str] = set()
         for cid, nodes in self.classes.items():
             for n in nodes:
@@ -257,9 +258,11 @@ class Serialized:
             changed = False
             for cid, nodes in self.classes.items():
                 if cid not in const and any(
-                    n.op == "Concat" and set(input_classes(self, n, lambda c: self.classes[c][0])) <= const
+                    (spec := spec_of(n)) is not None
+                    and spec.name in FOLDABLE
+                    and set(input_classes(self, n, lambda c: self.classes[c][0])) <= const
                     for n in nodes
-                ):  # the e-graph side of eqsat.cost.FOLDABLE
+                ):
                     const.add(cid)
                     changed = True
         return frozenset(const)
@@ -366,13 +369,13 @@ def extract_with_egglog(egraph: bindings.EGraph, enc: Encoding, original: Progra
         else:
             args = [build(dag, a) for a in t.args]
             spec = _CTORS.get(t.name)
-            n_in = (
-                1 if t.name == "Opaque" or (spec and spec.arity == VARIADIC) else (spec.arity if spec else 0)
-            )
-            ins = [v for a in args[:n_in] for v in (a if isinstance(a, list) else [a])]
-            attrs = args[n_in:] if t.name != "Opaque" else [args[0], args[2]]
-            if t.name == "Opaque":
-                ins = args[1]
+            if t.name == "Opaque":  # (Opaque key inputs index)
+                ins, attrs = args[1], [args[0], args[2]]
+            elif spec is not None and spec.arity == VARIADIC:  # (Ctor inputs attrs...)
+                ins, attrs = args[0], args[1:]
+            else:  # Input has no tensor inputs
+                n_in = spec.arity if spec is not None else 0
+                ins, attrs = args[:n_in], args[n_in:]
             result = rebuild.value(t.name, ins, attrs)
         memo[id(dag), term] = result
         return result

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from eqsat.cost import FOLDABLE, CostModel
+from eqsat.cost import CostModel
 from eqsat.egraph import Node, Serialized, attrs_of, input_classes, spec_of
-from eqsat.ops import OPAQUE
+from eqsat.ops import FOLDABLE, OPAQUE
 
 Choice = Callable[[str], Node]
 
@@ -31,23 +31,19 @@ def node_costs(
     XLA's constant folding, so it costs nothing at run time.
     """
     costs = {}
+    first = _first(graph)
     for cid, nodes in graph.classes.items():
         for node in nodes:
             spec = spec_of(node)
-            if (
-                spec is not None
-                and spec.name in FOLDABLE
-                and set(input_classes(graph, node, _first(graph))) <= constants
-            ):
+            classes = input_classes(graph, node, first)
+            ins = [graph.types[c] for c in classes]
+            if spec is not None and spec.name in FOLDABLE and set(classes) <= constants:
                 costs[node.id] = 0.0
             elif node.op == "Opaque":
-                out = graph.types[cid]
-                ins = [graph.types[c] for c in input_classes(graph, node, _first(graph))]
-                costs[node.id] = model.op_cost(OPAQUE, {}, ins, out)
+                costs[node.id] = model.op_cost(OPAQUE, {}, ins, graph.types[cid])
             elif spec is None:
                 costs[node.id] = 0.0
             else:
-                ins = [graph.types[c] for c in input_classes(graph, node, _first(graph))]
                 costs[node.id] = model.op_cost(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid])
     return costs
 

@@ -30,6 +30,8 @@ from eqsat.shapes import (
 from eqsat.text import AttrValue
 
 OPAQUE = "opaque"
+# Ops XLA evaluates at compile time when all their inputs are constants (packing weights once).
+FOLDABLE = frozenset({"concat"})
 VARIADIC = -1
 AttrKind = Literal["int", "ints", "float", "str"]
 EGG_SORT: dict[str, str] = {"int": "i64", "ints": "IVec", "float": "f64", "str": "String"}
