@@ -4,6 +4,7 @@ accounting, JSON output."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -17,8 +18,13 @@ import numpy as np
 OUT = Path(__file__).resolve().parent
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 10) -> dict[str, float]:
-    """Median seconds of each thunk, calls interleaved (a, b, a, b, ...) after one warm-up each."""
+def interleaved(
+    fns: dict[str, Callable[[], Any]],
+    repeats: int = 10,
+    statistic: Callable[[list[float]], float] = statistics.median,
+) -> dict[str, float]:
+    """Seconds of each thunk (median, or ``statistic``), calls interleaved (a, b, a, b, ...) after one
+    warm-up each."""
     for fn in fns.values():
         jax.block_until_ready(fn())
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -27,7 +33,7 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 10) -> dict[st
             t = time.perf_counter()
             jax.block_until_ready(fn())
             times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {k: statistic(v) for k, v in times.items()}
 
 
 def peak_bytes(fn: Callable[..., Any], args: Sequence[Any]) -> int:
@@ -48,8 +54,19 @@ def environment() -> dict[str, str]:
         "device": str(jax.devices()[0].device_kind),
         "machine": platform.machine(),
         "python": platform.python_version(),
-        "cpus": str(len(jax.devices("cpu"))),
+        "cpu_cores": str(os.cpu_count()),
+        "cpu": _cpu_model(),
     }
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (Linux), else the platform's processor string."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def write(name: str, results: dict[str, Any]) -> Path:

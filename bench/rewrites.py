@@ -4,7 +4,8 @@ Cases: the matmul chain ((A@B)@C)@x with 2048² matrices; attention (B=1, H=8, D
 512..8192 (and 32768 under eqsat alone: naive scores would need 32 GiB); the Q/K/V projections of a
 BERT-base layer; the distributivity case x@W + y@W. For each: speed-up (median of interleaved runs),
 peak memory (attention: peak RSS growth of one call in a fresh process), the ops eqsat chose, and the
-numeric difference.
+numeric difference. Attention rows also give the GFLOP/s each side reached, next to this machine's
+matmul peak (a 2048³ float32 matmul under jax.jit): the ceiling any exact attention kernel works under.
 
     python -m bench.rewrites [--quick]     # writes bench/rewrites.json (make bench runs it)
 """
@@ -57,6 +58,16 @@ def case(
     return row
 
 
+def matmul_peak(n: int, repeats: int) -> dict[str, Any]:
+    """GFLOP/s of an n³ float32 matmul under jax.jit (best run): the machine's practical peak."""
+    a = _normal(n, n)
+    square = jax.jit(jnp.matmul)
+    seconds = interleaved({"jax": lambda: square(a, a)}, repeats, statistic=min)["jax"]
+    row = {"case": "matmul_peak", "jax_s": seconds, "jax_gflops": 2 * n**3 / seconds / 1e9}
+    print(row, flush=True)
+    return row
+
+
 def chain(a: jax.Array, b: jax.Array, c: jax.Array, x: jax.Array) -> jax.Array:
     return ((a @ b) @ c) @ x
 
@@ -82,10 +93,13 @@ def main() -> None:
     args = parser.parse_args()
     n, repeats = (512, 3) if args.quick else (2048, 10)
     rows = [case("chain", chain, (*(_normal(n, n, scale=n**-0.5) for _ in range(3)), _normal(n)), repeats)]
+    rows.append(matmul_peak(n, repeats))
     lengths = (256, 512) if args.quick else (512, 1024, 2048, 4096, 8192)
     for s in lengths:
         q, k, v = (_normal(1, 8, s, 64) for _ in range(3))
         row = case(f"attention_S{s}", attention, (q, k, v), max(3, repeats // (s // 1024 or 1)))
+        flops = 4 * q.shape[1] * s * s * q.shape[-1]  # q kᵀ and (softmax) v, 2 flops per multiply-add
+        row |= {f"{v}_gflops": flops / row[f"{v}_s"] / 1e9 for v in ("eqsat", "jax")}
         row |= {f"{v}_peak_rss_bytes": peak_rss_growth("attention", s, v) for v in ("eqsat", "jax")}
         row["memory_ratio"] = row["jax_peak_rss_bytes"] / max(row["eqsat_peak_rss_bytes"], 1)
         print(

@@ -37,8 +37,9 @@ DEVICES: dict[str, Device] = {
         loop_step_s=1.5e-4,
         source="measured here (AMD EPYC, 2 cores, 32 MiB L3, jax 0.12): f32 2048² matmul 126-316 GFLOP/s; "
         "streaming ~10 GB/s; ~5-7 µs per small XLA:CPU kernel; flash attention ~0.3 ms slower than naive "
-        "at S=512. cache_bytes is an effective value, fitted: XLA:CPU fuses naive attention's softmax, so "
-        "its S×S traffic reaches DRAM (and flash pays) only from S≈4096 (bench/rewrites.py)",
+        "at S=512. cache_bytes is an effective value, fitted: XLA:CPU fuses naive attention into one "
+        "kernel, so its S×S traffic reaches DRAM only from S≈4096; flash's cache-sized exact blocks "
+        "tie with it at S=1024 and win from S=2048 (bench/rewrites.py)",
     ),
     "h100": Device(
         "h100",

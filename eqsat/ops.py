@@ -48,12 +48,19 @@ class Kernel(NamedTuple):
 
 
 PhasesFn = Callable[[Sequence[TensorType], TensorType, dict], list[Kernel]]
-FLASH_BLOCK_Q = 256  # queries per block of the flash lowering
+FLASH_BLOCK_Q = 256  # queries per block of the flash lowering's online softmax
 FLASH_BLOCK_K = 512  # keys per step of its online softmax
+FLASH_EXACT_BLOCK_Q = 512  # queries per block when a block's scores fit FLASH_SCORES_BUDGET
+FLASH_SCORES_BUDGET = 32 * 2**20  # bytes of f32 scores one block may hold: then its softmax is exact
 
 
-def flash_blocks(queries: int, keys: int) -> tuple[int, int, int, int]:
-    """(query block, key block, query blocks, key blocks) of the flash lowering for these lengths."""
+def flash_blocks(rows: int, queries: int, keys: int) -> tuple[int, int, int, int]:
+    """(query block, key block, query blocks, key blocks) of the flash lowering for ``rows`` (batch ×
+    heads) of these lengths: all keys in one block when that block's scores fit the budget, else
+    blocks streamed by the online softmax."""
+    bq = min(FLASH_EXACT_BLOCK_Q, queries)
+    if 4 * rows * bq * keys <= FLASH_SCORES_BUDGET:
+        return bq, keys, -(-queries // bq), 1
     bq, bk = min(FLASH_BLOCK_Q, queries), min(FLASH_BLOCK_K, keys)
     return bq, bk, -(-queries // bq), -(-keys // bk)
 
@@ -107,7 +114,7 @@ def _flash_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> li
     """One fused step per (query block, key block): its share of the work, the key/value block it
     reads, and the f32 accumulator and (max, sum) stats it reads and writes."""
     q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
-    bq, _, nq, nk = flash_blocks(q[-2], k[-2])
+    bq, _, nq, nk = flash_blocks(prod(q[:-2]), q[-2], k[-2])
     state = 4.0 * prod(q[:-2]) * bq * (v[-1] + 2)
     io = sum(t.nbytes for t in ins) + out.nbytes
     return [Kernel(_attention_flops(ins, out, attrs) / (nq * nk), io / nk + 2 * state, True)] * (nq * nk)

@@ -1,13 +1,14 @@
-"""Attention lowerings: naive (scores materialized) and flash (blocked online softmax).
+"""Attention lowerings: naive (scores materialized) and flash (blocked, stats form).
 
-``flash_attention`` loops over query blocks and, within each, streams over key blocks
-(``lax.fori_loop``, blocks sliced in place, never copied), carrying the softmax stats (running max
-``m``, running sum ``l``) and an accumulator rescaled by ``exp(m_old - m_new)`` whenever the max grows
-— the stats form of softmax. It never materializes the S×S scores (one block of them at a time),
-accumulates in float32 for float16/bfloat16 inputs, and is exact for ``-inf`` masks: a fully masked row
-gives ``0/0`` (NaN), as naive softmax does. On a GPU backend, float16/bfloat16 inputs of rank 4 go to
-cuDNN's fused attention (``jax.nn.dot_product_attention(implementation="cudnn")``) when it accepts them.
-"""
+``flash_attention`` loops over query blocks (``lax.fori_loop``). When one block's scores over all keys
+fit ``FLASH_SCORES_BUDGET``, each block takes an exact one-pass softmax (XLA:CPU fuses it into one
+kernel, and the scores stay in cache); otherwise each block streams over key blocks (sliced in place,
+never copied), carrying the softmax stats (running max ``m``, running sum ``l``) and an accumulator
+rescaled by ``exp(m_old - m_new)`` whenever the max grows — the online softmax. Either way it never
+materializes the S×S scores, accumulates in float32 for float16/bfloat16 inputs, and is exact for
+``-inf`` masks: a fully masked row gives ``0/0`` (NaN), as naive softmax does. On a GPU backend,
+float16/bfloat16 inputs of rank 4 go to cuDNN's fused attention
+(``jax.nn.dot_product_attention(implementation="cudnn")``) when it accepts them."""
 
 from __future__ import annotations
 
@@ -60,6 +61,15 @@ def _pad(x: Array, axis: int, length: int, fill: float = 0.0) -> Array:
     return jnp.pad(x, widths, constant_values=fill)
 
 
+def _exact_softmax(q: Array, k: Array, v: Array, mask: Array | None) -> Array:
+    """softmax(q kᵀ + mask) v for one query block whose scores over all keys fit in cache: one pass,
+    which XLA:CPU fuses into a single kernel."""
+    scores = jnp.einsum("...qd,...kd->...qk", q, k)
+    if mask is not None:
+        scores = scores + mask
+    return jnp.matmul(jax.nn.softmax(scores, axis=-1), v)
+
+
 def _online_softmax(q: Array, k: Array, v: Array, mask: Array | None, bk: int, nk: int) -> Array:
     """softmax(q kᵀ + mask) v for one query block, streaming over key blocks with the stats form.
 
@@ -101,7 +111,7 @@ def flash_attention(q: Array, k: Array, v: Array, mask: Array, *, scale: float) 
         return fused
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
-    bq, bk, nq, nk = flash_blocks(sq, sk)
+    bq, bk, nq, nk = flash_blocks(int(np.prod(q.shape[:-2])), sq, sk)
     q = _pad(q.astype(acc_dtype) * jnp.asarray(scale, acc_dtype), -2, nq * bq)
     k, v = (_pad(t.astype(acc_dtype), -2, nk * bk) for t in (k, v))
     if _no_mask(mask) and nk * bk == sk:
@@ -117,9 +127,8 @@ def flash_attention(q: Array, k: Array, v: Array, mask: Array, *, scale: float) 
         mt = mask
         if mask is not None and mask.shape[-2] != 1:
             mt = lax.dynamic_slice_in_dim(mask, i * bq, bq, axis=mask.ndim - 2)
-        return lax.dynamic_update_slice_in_dim(
-            out, _online_softmax(qt, k, v, mt, bk, nk), i * bq, axis=out.ndim - 2
-        )
+        block = _exact_softmax(qt, k, v, mt) if nk == 1 else _online_softmax(qt, k, v, mt, bk, nk)
+        return lax.dynamic_update_slice_in_dim(out, block, i * bq, axis=out.ndim - 2)
 
     out = lax.fori_loop(0, nq, query_block, jnp.zeros((*q.shape[:-1], v.shape[-1]), acc_dtype))
     return out[..., :sq, :].astype(out_dtype)

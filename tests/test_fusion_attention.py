@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import eqsat
-from eqsat import Builder, Limits
+from eqsat import Builder, Limits, ops
 from eqsat.lowering import lower
 from eqsat.lowering.attention import flash_attention, naive_attention
 from eqsat.verify import validate
@@ -38,7 +40,9 @@ def test_multihead_attention_fixture_becomes_one_attention_op(pir_path):
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-@pytest.mark.parametrize(("s", "expected"), [(512, "attention"), (4096, "flash_attention")])
+@pytest.mark.parametrize(
+    ("s", "expected"), [(512, "attention"), (2048, "flash_attention"), (4096, "flash_attention")]
+)
 def test_cost_keeps_naive_attention_short_and_streams_long(s, expected):
     result = eqsat.optimize(_attention_program(s), cost=CPU)
     assert expected in result.program.op_counts()
@@ -131,11 +135,22 @@ def _qkv(shape, scale=1.0, dtype=jnp.float32):
     return tuple(jnp.asarray(RNG.normal(size=shape) * scale, dtype) for _ in range(3))
 
 
+@pytest.fixture(params=["exact-blocks", "online-softmax"])
+def flash_path(request, monkeypatch):
+    """Run the flash lowering both ways: query blocks with an exact softmax over all keys (scores fit
+    the budget), and the online softmax streaming over key blocks (budget 0)."""
+    if request.param == "online-softmax":
+        monkeypatch.setattr(ops, "FLASH_SCORES_BUDGET", 0)
+    return request.param
+
+
 def _compare(q, k, v, mask, scale=0.125, rtol=1e-5):
+    streams = ops.flash_blocks(int(np.prod(q.shape[:-2])), q.shape[-2], k.shape[-2])[3] > 1
+    assert streams == (ops.FLASH_SCORES_BUDGET == 0 and k.shape[-2] > ops.FLASH_BLOCK_K)  # the path meant
     want = naive_attention(
         q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), mask, scale=scale
     )
-    got = jax.jit(flash_attention, static_argnames="scale")(q, k, v, mask, scale=scale)
+    got = jax.jit(partial(flash_attention, scale=scale))(q, k, v, mask)  # a fresh trace for each path
     assert got.dtype == q.dtype
     want, got = np.asarray(want), np.asarray(got, np.float32)
     assert np.array_equal(np.isnan(want), np.isnan(got))
@@ -143,25 +158,25 @@ def _compare(q, k, v, mask, scale=0.125, rtol=1e-5):
 
 
 @pytest.mark.parametrize("s", [7, 512, 700, 1300])
-def test_flash_matches_naive_with_random_neg_inf_mask(s):
+def test_flash_matches_naive_with_random_neg_inf_mask(s, flash_path):
     q, k, v = _qkv((1, 2, s, 16))
     mask = jnp.where(RNG.random((1, 2, s, s)) < 0.3, -jnp.inf, 0.0).astype(jnp.float32)
     _compare(q, k, v, mask)
 
 
-def test_flash_fully_masked_rows_are_nan_like_naive():
+def test_flash_fully_masked_rows_are_nan_like_naive(flash_path):
     q, k, v = _qkv((1, 1, 600, 8))
     mask = jnp.zeros((1, 1, 600, 600)).at[:, :, 5].set(-jnp.inf).at[:, :, 550].set(-jnp.inf)
     _compare(q, k, v, mask)
 
 
-def test_flash_large_logits_stay_finite():
-    q, k, v = _qkv((2, 2, 300, 16), scale=30.0)
-    _compare(q, k, v, jnp.zeros((2, 1, 1, 300)), scale=1.0, rtol=1e-4)
+def test_flash_large_logits_stay_finite(flash_path):
+    q, k, v = _qkv((2, 2, 1100, 16), scale=30.0)
+    _compare(q, k, v, jnp.zeros((2, 1, 1, 1100)), scale=1.0, rtol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-def test_flash_accumulates_half_precision_in_float32(dtype):
+def test_flash_accumulates_half_precision_in_float32(dtype, flash_path):
     q, k, v = _qkv((1, 2, 1024, 32), dtype=dtype)
     _compare(q, k, v, jnp.zeros(()), rtol=2e-2)
 
