@@ -97,7 +97,7 @@ def main() -> None:
     lengths = (256, 512) if args.quick else (512, 1024, 2048, 4096, 8192)
     for s in lengths:
         q, k, v = (_normal(1, 8, s, 64) for _ in range(3))
-        row = case(f"attention_S{s}", attention, (q, k, v), max(3, repeats // (s // 1024 or 1)))
+        row = case(f"attention_S{s}", attention, (q, k, v), max(5, 2 * repeats // (s // 1024 or 1)))
         flops = 4 * q.shape[1] * s * s * q.shape[-1]  # q kᵀ and (softmax) v, 2 flops per multiply-add
         row |= {f"{v}_gflops": flops / row[f"{v}_s"] / 1e9 for v in ("eqsat", "jax")}
         row |= {f"{v}_peak_rss_bytes": peak_rss_growth("attention", s, v) for v in ("eqsat", "jax")}
