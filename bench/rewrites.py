@@ -7,7 +7,7 @@ peak memory (attention: peak RSS growth of one call in a fresh process), the ops
 numeric difference. Attention rows also give the GFLOP/s each side reached, next to this machine's
 matmul peak (a 2048³ float32 matmul under jax.jit): the ceiling any exact attention kernel works under.
 
-    python -m bench.rewrites [--quick]     # writes bench/rewrites.json (make bench runs it)
+    python -m bench.rewrites [--quick] [--name NAME]   # writes bench/NAME.json, default rewrites.json
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (smoke test)")
+    parser.add_argument("--name", default="rewrites", help="write bench/NAME.json (default: rewrites)")
     args = parser.parse_args()
     n, repeats = (512, 3) if args.quick else (2048, 10)
     rows = [case("chain", chain, (*(_normal(n, n, scale=n**-0.5) for _ in range(3)), _normal(n)), repeats)]
@@ -119,7 +120,7 @@ def main() -> None:
     rows.append(case("qkv", qkv, (_normal(1, 128, d), w, b), repeats * 3))
     m = 512 if args.quick else 2048
     rows.append(case("distributivity", distribute, (_normal(m, m), _normal(m, m), _normal(m, m)), repeats))
-    print(f"wrote {write('rewrites', {'cases': rows})}")
+    print(f"wrote {write(args.name, {'cases': rows})}")
 
 
 if __name__ == "__main__":

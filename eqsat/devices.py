@@ -1,12 +1,17 @@
 """Device profiles for the roofline cost model: peak arithmetic, memory bandwidth, per-kernel overhead.
 
 Accelerator numbers are public spec-sheet figures (cited per entry); ``cpu`` was measured on the
-2-core machine this project is developed and tested on (``bench/calibrate.py`` re-measures it).
+2-core machine this project is developed and tested on (``bench/rewrites.py`` records its matmul peak).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.metadata import version
+
+FUSED_CPU_ATTENTION = tuple(int(part) for part in version("jax").split(".")[:2]) >= (0, 11)
+"""Whether XLA:CPU runs a whole attention block (q kᵀ, softmax, × v) as one fast fused kernel: from
+jax 0.11 (measured here, naive attention at S=2048: ~40 ms on jax 0.11.2 and 0.12, 95 ms on 0.10.2)."""
 
 
 @dataclass(frozen=True)
@@ -32,14 +37,15 @@ DEVICES: dict[str, Device] = {
         peak_flops=1.26e11,
         bandwidth=1.0e10,
         launch_s=5e-6,
-        cache_bytes=256 * 2**20,
+        cache_bytes=(256 if FUSED_CPU_ATTENTION else 32) * 2**20,
         cache_bandwidth=1.0e11,
         loop_step_s=1.5e-4,
-        source="measured here (AMD EPYC, 2 cores, 32 MiB L3, jax 0.12): f32 2048² matmul 126-316 GFLOP/s; "
-        "streaming ~10 GB/s; ~5-7 µs per small XLA:CPU kernel; flash attention ~0.3 ms slower than naive "
-        "at S=512. cache_bytes is an effective value, fitted: XLA:CPU fuses naive attention into one "
-        "kernel, so its S×S traffic reaches DRAM only from S≈4096; flash's cache-sized exact blocks "
-        "tie with it at S=1024 and win from S=2048 (bench/rewrites.py)",
+        source="measured here (AMD EPYC, 2 cores, 32 MiB L3, jax 0.10-0.12): f32 2048² matmul 126-430 "
+        "GFLOP/s (a shared machine); streaming ~10 GB/s; ~5-7 µs per small XLA:CPU kernel; flash attention "
+        "~0.3 ms slower than naive at S=512. cache_bytes is an effective value, fitted: from jax 0.11 "
+        "XLA:CPU fuses naive attention into one kernel, so its S×S traffic reaches DRAM only from S≈4096 "
+        "(flash's cache-sized exact blocks tie with it at S=1024 and win from S=2048); before, its scores "
+        "stream through the 32 MiB L3 (bench/rewrites.py)",
     ),
     "h100": Device(
         "h100",

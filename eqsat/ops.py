@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Literal, NamedTuple
 
+from eqsat.devices import FUSED_CPU_ATTENTION
 from eqsat.errors import ShapeError
 from eqsat.ir import DTYPES, TensorType, Value
 from eqsat.shapes import (
@@ -51,7 +52,9 @@ PhasesFn = Callable[[Sequence[TensorType], TensorType, dict], list[Kernel]]
 FLASH_BLOCK_Q = 256  # queries per block of the flash lowering's online softmax
 FLASH_BLOCK_K = 512  # keys per step of its online softmax
 FLASH_EXACT_BLOCK_Q = 512  # queries per block when a block's scores fit FLASH_SCORES_BUDGET
-FLASH_SCORES_BUDGET = 32 * 2**20  # bytes of f32 scores one block may hold: then its softmax is exact
+# bytes of f32 scores one query block may hold and still take an exact one-pass softmax: this CPU's
+# L3 where XLA fuses the block into one kernel, half of it where the block's scores make several passes
+FLASH_SCORES_BUDGET = (32 if FUSED_CPU_ATTENTION else 16) * 2**20
 
 
 def flash_blocks(rows: int, queries: int, keys: int) -> tuple[int, int, int, int]:
