@@ -117,8 +117,9 @@ def _flash_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> li
     """One fused step per (query block, key block): its share of the work, the key/value block it
     reads, and the f32 accumulator and (max, sum) stats it reads and writes."""
     q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
-    bq, _, nq, nk = flash_blocks(prod(q[:-2]), q[-2], k[-2])
-    state = 4.0 * prod(q[:-2]) * bq * (v[-1] + 2)
+    rows = prod(q[:-2])
+    bq, _, nq, nk = flash_blocks(rows, q[-2], k[-2])
+    state = 4.0 * rows * bq * (v[-1] + 2)
     io = sum(t.nbytes for t in ins) + out.nbytes
     return [Kernel(_attention_flops(ins, out, attrs) / (nq * nk), io / nk + 2 * state, True)] * (nq * nk)
 

@@ -12,6 +12,8 @@ float16/bfloat16 inputs of rank 4 go to cuDNN's fused attention
 
 from __future__ import annotations
 
+from math import prod
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,12 +31,18 @@ def _no_mask(mask: Array) -> bool:
     return isinstance(mask, np.ndarray) and not mask.any()
 
 
-@register("attention")
-def naive_attention(q: Array, k: Array, v: Array, mask: Array, *, scale: float) -> Array:
-    scores = jnp.einsum("...qd,...kd->...qk", q * jnp.asarray(scale, q.dtype), k)
-    if not _no_mask(mask):
+def _softmax_attention(q: Array, k: Array, v: Array, mask: Array | None) -> Array:
+    """softmax(q kᵀ + mask) v in one pass over materialized scores (in flash: one query block's, which
+    fit in cache and which XLA:CPU fuses into a single kernel)."""
+    scores = jnp.einsum("...qd,...kd->...qk", q, k)
+    if mask is not None:
         scores = scores + mask
     return jnp.matmul(jax.nn.softmax(scores, axis=-1), v)
+
+
+@register("attention")
+def naive_attention(q: Array, k: Array, v: Array, mask: Array, *, scale: float) -> Array:
+    return _softmax_attention(q * jnp.asarray(scale, q.dtype), k, v, None if _no_mask(mask) else mask)
 
 
 def _cudnn(q: Array, k: Array, v: Array, mask: Array, scale: float) -> Array | None:
@@ -59,15 +67,6 @@ def _pad(x: Array, axis: int, length: int, fill: float = 0.0) -> Array:
     widths = [(0, 0)] * x.ndim
     widths[axis] = (0, pad)
     return jnp.pad(x, widths, constant_values=fill)
-
-
-def _exact_softmax(q: Array, k: Array, v: Array, mask: Array | None) -> Array:
-    """softmax(q kᵀ + mask) v for one query block whose scores over all keys fit in cache: one pass,
-    which XLA:CPU fuses into a single kernel."""
-    scores = jnp.einsum("...qd,...kd->...qk", q, k)
-    if mask is not None:
-        scores = scores + mask
-    return jnp.matmul(jax.nn.softmax(scores, axis=-1), v)
 
 
 def _online_softmax(q: Array, k: Array, v: Array, mask: Array | None, bk: int, nk: int) -> Array:
@@ -111,7 +110,7 @@ def flash_attention(q: Array, k: Array, v: Array, mask: Array, *, scale: float) 
         return fused
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
-    bq, bk, nq, nk = flash_blocks(int(np.prod(q.shape[:-2])), sq, sk)
+    bq, bk, nq, nk = flash_blocks(prod(q.shape[:-2]), sq, sk)
     q = _pad(q.astype(acc_dtype) * jnp.asarray(scale, acc_dtype), -2, nq * bq)
     k, v = (_pad(t.astype(acc_dtype), -2, nk * bk) for t in (k, v))
     if _no_mask(mask) and nk * bk == sk:
@@ -127,7 +126,7 @@ def flash_attention(q: Array, k: Array, v: Array, mask: Array, *, scale: float) 
         mt = mask
         if mask is not None and mask.shape[-2] != 1:
             mt = lax.dynamic_slice_in_dim(mask, i * bq, bq, axis=mask.ndim - 2)
-        block = _exact_softmax(qt, k, v, mt) if nk == 1 else _online_softmax(qt, k, v, mt, bk, nk)
+        block = _softmax_attention(qt, k, v, mt) if nk == 1 else _online_softmax(qt, k, v, mt, bk, nk)
         return lax.dynamic_update_slice_in_dim(out, block, i * bq, axis=out.ndim - 2)
 
     out = lax.fori_loop(0, nq, query_block, jnp.zeros((*q.shape[:-1], v.shape[-1]), acc_dtype))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from math import prod
 
 import jax
 import jax.numpy as jnp
@@ -146,7 +147,7 @@ def flash_path(request, monkeypatch):
 
 def _flash(q, k, v, mask, scale):
     """flash_attention under jit, traced afresh (the budget may differ), on the path the test means."""
-    streams = ops.flash_blocks(int(np.prod(q.shape[:-2])), q.shape[-2], k.shape[-2])[3] > 1
+    streams = ops.flash_blocks(prod(q.shape[:-2]), q.shape[-2], k.shape[-2])[3] > 1
     assert streams == (ops.FLASH_SCORES_BUDGET == 0 and k.shape[-2] > ops.FLASH_BLOCK_K)
     return jax.jit(partial(flash_attention, scale=scale))(q, k, v, mask)
 
