@@ -19,8 +19,8 @@ from typing import Any
 
 from egglog import bindings
 
-from eqsat.ir import Op, Program, TensorType, Value
-from eqsat.ops import EGG_SORT, FOLDABLE, OPAQUE, OPS, VARIADIC, OpDef
+from eqsat.ir import DTYPES, Op, Program, TensorType, Value
+from eqsat.ops import EGG_SORT, FLOAT_DTYPES, FOLDABLE, OPAQUE, OPS, VARIADIC, OpDef
 from eqsat.shapes import MAX_RANK, Broadcast, Matmul, Permute
 
 ANALYSIS = "analysis"
@@ -65,6 +65,8 @@ def _analysis_rules(op: OpDef) -> list[str]:
     if isinstance(op.dtype, int):
         src = "(= xs (TCons x0 rest))" if op.arity == VARIADIC else ""
         dtype_fact, dtype = f"{src} (= d (dtype x{op.dtype}))", "d"
+    elif op.dtype in DTYPES:
+        dtype_fact, dtype = "", literal(op.dtype)
     else:
         dtype_fact, dtype = "", var(op.dtype)
     rules.append(
@@ -72,6 +74,25 @@ def _analysis_rules(op: OpDef) -> list[str]:
         f':ruleset {ANALYSIS} :name "dtype-{op.name}")'
     )
     return rules
+
+
+# Dtype families that rule guards name: ``(float-dtype (dtype x))``. ``wide-float`` excludes half
+# precision, whose range a reassociated or rescaled computation overflows; ``reassociable`` dtypes
+# keep their values under reassociation and distribution up to rounding (wide floats) or exactly
+# (integers wrap around: arithmetic modulo 2**n is a ring).
+DTYPE_FAMILIES: dict[str, frozenset[str]] = {
+    "float-dtype": FLOAT_DTYPES,
+    "wide-float": frozenset({"float32", "float64"}),
+    "reassociable": frozenset({"float32", "float64"} | {d for d in DTYPES if "int" in d}),
+}
+
+
+def _dtype_families() -> list[str]:
+    lines = []
+    for family, dtypes in DTYPE_FAMILIES.items():
+        lines.append(f"(relation {family} (String))")
+        lines.extend(f'({family} "{d}")' for d in sorted(dtypes))
+    return lines
 
 
 @cache
@@ -86,6 +107,7 @@ def schema() -> str:
         "(function dtype (Tensor) String :no-merge)",
         f"(ruleset {ANALYSIS})",
         f"(ruleset {REWRITES})",
+        *_dtype_families(),
     ]
     preludes = {type(op.shape): op.shape.prelude(ANALYSIS) for op in OPS.values()}
     for prelude in preludes.values():
@@ -108,13 +130,20 @@ def literal(value: Any) -> str:
     return str(int(value))
 
 
+def _negative_zero(value: Any) -> bool:
+    return isinstance(value, float) and value == 0.0 and math.copysign(1.0, value) < 0
+
+
 def _needs_opaque(op: Op) -> bool:
-    """Canonical ops whose rank-dependent rules were not generated are encoded as opaque."""
+    """Encoded as opaque: canonical ops whose rank-dependent rules were not generated, and ops with a
+    -0.0 attribute (egglog's f64 equates -0.0 with 0.0, so the sign of zero would be lost)."""
     if op.name == OPAQUE:
         return True
     spec = OPS[op.name]
     ranks = [v.type.rank for v in (*op.inputs, *op.outputs)]
-    return isinstance(spec.shape, _RANK_RULES) and max(ranks, default=0) > MAX_RANK
+    if isinstance(spec.shape, _RANK_RULES) and max(ranks, default=0) > MAX_RANK:
+        return True
+    return op.name != "full" and any(_negative_zero(v) for v in op.attrs.values())
 
 
 def _tlist(names: list[str]) -> str:
@@ -162,9 +191,12 @@ def encode(program: Program) -> Encoding:
             continue
         spec = OPS[op.name]
         ins = [_tlist(args)] if spec.arity == VARIADIC else args
-        attrs = [literal(op.attrs[a.name]) for a in spec.attrs]
+        attrs = {a.name: literal(op.attrs[a.name]) for a in spec.attrs}
         names[id(op.output)] = name = f"$v{len(names)}"
-        cmds.append(f"(let {name} ({spec.ctor} {' '.join([*ins, *attrs])}))")
+        if op.name == "full" and _negative_zero(op.attrs["value"]):  # -0.0 is -(0.0), exactly
+            cmds.append(f"(let {name} (Neg (Full {attrs['shape']} 0.0 {attrs['dtype']})))")
+        else:
+            cmds.append(f"(let {name} ({spec.ctor} {' '.join([*ins, *attrs.values()])}))")
     enc.roots = [names[id(v)] for v in program.outputs]
     enc.commands = "\n".join(cmds)
     return enc
@@ -220,6 +252,32 @@ class Serialized:
         for cid, sid in shapes.items():
             if cid in dtypes:
                 self.types[cid] = TensorType(self.value(sid), self.value(dtypes[cid]))
+        self._drop_untyped()
+
+    def _drop_untyped(self) -> None:
+        """Keep only nodes whose class and tensor inputs have a type. After a large iteration egglog
+        can leave rows over stale class ids that no analysis rule matches (so they get no shape);
+        they are equal to typed classes but cannot be told apart, so extraction never uses them.
+        The encoded program's own classes are always typed."""
+        lists = {cid for cid, ns in self.classes.items() if ns[0].op in ("TNil", "TCons")}
+        valid = set(self.types) | lists
+        self.classes = {cid: ns for cid, ns in self.classes.items() if cid in valid}
+        changed = True
+        while changed:
+            changed = False
+            for cid in list(self.classes):
+                nodes = [n for n in self.classes[cid] if all(c in valid for c in self._tensor_children(n))]
+                if len(nodes) != len(self.classes[cid]):
+                    changed = True
+                    if nodes:
+                        self.classes[cid] = nodes
+                    else:
+                        del self.classes[cid]
+                        valid.discard(cid)
+
+    def _tensor_children(self, node: Node) -> list[str]:
+        """The children of a node that are tensor or list classes (not primitive attributes)."""
+        return [c for c in node.children if c not in self.values]
 
     def value(self, eclass: str) -> Any:
         """The primitive value of a primitive e-class (i64, f64, String or IVec)."""
@@ -324,14 +382,26 @@ class _Rebuilder:
 
 
 def decode(graph: Serialized, enc: Encoding, choose: Any, original: Program) -> Program:
-    """Rebuild a Program from a choice of one node per class (``choose``: class -> Node)."""
+    """Rebuild a Program from a choice of one node per class (``choose``: class -> Node).
+
+    Iterative (an explicit stack, not recursion), so programs of any depth decode.
+    """
     rebuild = _Rebuilder(enc, original)
     memo: dict[str, Value] = {}
-
-    def build(cid: str) -> Value:
-        if cid not in memo:
+    for root in enc.roots:
+        stack = [graph.roots[root]]
+        while stack:
+            cid = stack[-1]
+            if cid in memo:
+                stack.pop()
+                continue
             node = choose(cid)
-            ins = [build(c) for c in input_classes(graph, node, choose)]
+            inputs = input_classes(graph, node, choose)
+            missing = [c for c in inputs if c not in memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
             spec = spec_of(node)
             if node.op == "Input":
                 attrs = [graph.value(node.children[0])]
@@ -340,10 +410,8 @@ def decode(graph: Serialized, enc: Encoding, choose: Any, original: Program) -> 
             else:
                 assert spec is not None, node
                 attrs = list(attrs_of(graph, node, spec).values())
-            memo[cid] = rebuild.value(node.op, ins, attrs)
-        return memo[cid]
-
-    rebuild.out.outputs = [build(graph.roots[r]) for r in enc.roots]
+            memo[cid] = rebuild.value(node.op, [memo[c] for c in inputs], attrs)
+    rebuild.out.outputs = [memo[graph.roots[r]] for r in enc.roots]
     return rebuild.out
 
 

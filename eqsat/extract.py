@@ -206,18 +206,22 @@ def _warm_solution(
 
     values = np.zeros(size)
     depth: dict[str, int] = {}
-
-    def visit(cid: str) -> int:
-        if cid not in depth:
+    for root in roots:  # post-order with an explicit stack: any depth
+        stack = [root]
+        while stack:
+            cid = stack[-1]
+            if cid in depth:
+                stack.pop()
+                continue
             node = warm(cid)
-            depth[cid] = 0
-            depth[cid] = 1 + max((visit(c) for c in _children(graph, node)), default=-1)
+            pending = [c for c in _children(graph, node) if c not in depth]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            depth[cid] = 1 + max((depth[c] for c in _children(graph, node)), default=-1)
             values[col[node.id]] = 1.0
             values[cls[cid]] = depth[cid]
-        return depth[cid]
-
-    for r in roots:
-        visit(r)
     sol = highspy.HighsSolution()
     sol.col_value = values
     return sol

@@ -22,7 +22,28 @@ from eqsat.text import (
     program_lines,
 )
 
-DTYPES = ("bool", "int8", "uint8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+DTYPES = (
+    "bool",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+)
+# JAX's typed PRNG keys (``key<fry>``) pass through opaque ops; no canonical op reads them.
+KEY_DTYPE_PREFIX = "key<"
+MAX_DIM = 2**40  # larger dims are typos or corrupt input, not programs
+
+
+def is_key_dtype(dtype: str) -> bool:
+    return dtype.startswith(KEY_DTYPE_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -33,8 +54,11 @@ class TensorType:
     dtype: str
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
+        if self.dtype not in DTYPES and not is_key_dtype(self.dtype):
             raise ShapeError(f"unsupported dtype {self.dtype!r} (supported: {', '.join(DTYPES)})")
+        for d in self.shape:
+            if isinstance(d, bool) or not isinstance(d, int | np.integer) or not 0 <= d <= MAX_DIM:
+                raise ShapeError(f"bad dimension {d!r} in shape {self.shape}: dims are integers in 0..2**40")
 
     @property
     def rank(self) -> int:
@@ -46,6 +70,8 @@ class TensorType:
 
     @property
     def nbytes(self) -> int:
+        if is_key_dtype(self.dtype):
+            return self.size * 8
         return self.size * (2 if self.dtype == "bfloat16" else np.dtype(self.dtype).itemsize)
 
     def __str__(self) -> str:

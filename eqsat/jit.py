@@ -8,11 +8,11 @@ the same signature hit jax.jit's cache.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from eqsat.api import OptimizeResult, optimize
 from eqsat.cost import CostModel
@@ -26,10 +26,10 @@ from eqsat.saturate import Limits
 class Jitted:
     """The callable ``eqsat.jit`` returns: a ``jax.jit`` whose tracing step optimizes.
 
-    jax.jit traces once per signature (pytree structure, shapes, dtypes, static values); eqsat hooks
-    into that trace: it traces the function to a Program, optimizes it, and emits the optimized
-    program instead. Later calls of the signature run through jax.jit's own cache, with no eqsat
-    overhead. ``optimizations`` counts signatures optimized; ``results`` maps each to its
+    jax.jit traces once per signature (pytree structure, shapes, dtypes, weak types, static values);
+    eqsat hooks into that trace: it traces the function to a Program, optimizes it, and emits the
+    optimized program instead. Later calls of the signature run through jax.jit's own cache, with no
+    eqsat overhead. ``optimizations`` counts signatures optimized; ``results`` maps each to its
     :class:`OptimizeResult`.
     """
 
@@ -42,13 +42,21 @@ class Jitted:
         limits: Limits | None,
         verify: bool,
         static_argnums: Sequence[int],
+        static_argnames: Sequence[str],
     ) -> None:
         self.fn = fn
         self.options = {"rules": None if rules is None else list(rules), "cost": cost, "limits": limits}
         self.verify = verify
-        self.static_argnums = tuple(static_argnums)
+        self.static_argnums, self.static_argnames = _static_args(fn, static_argnums, static_argnames)
         self.results: dict[Any, OptimizeResult] = {}
-        self._jitted = jax.jit(self._optimized_trace, static_argnums=self.static_argnums)
+
+        @functools.wraps(fn)  # jax.jit reads fn's signature through __wrapped__ (static args by keyword)
+        def optimized_trace(*args: Any, **kwargs: Any) -> Any:
+            return self._optimized_trace(args, kwargs)
+
+        self._jitted = jax.jit(
+            optimized_trace, static_argnums=self.static_argnums, static_argnames=self.static_argnames
+        )
         functools.update_wrapper(self, fn)
 
     @property
@@ -56,8 +64,8 @@ class Jitted:
         return len(self.results)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        dynamic = [a for i, a in enumerate(args) if i not in self.static_argnums]
-        for leaf in jax.tree_util.tree_leaves((dynamic, kwargs)):
+        dynamic, _, dyn_kwargs, _ = self._split(args, kwargs)
+        for leaf in jax.tree_util.tree_leaves((dynamic, dyn_kwargs)):
             if not hasattr(leaf, "dtype") and not isinstance(leaf, int | float | bool):
                 raise UnsupportedError(
                     f"eqsat.jit arguments must be arrays (or pytrees of arrays), got a "
@@ -65,18 +73,24 @@ class Jitted:
                 )
         return self._jitted(*args, **kwargs)
 
-    def _optimized_trace(self, *args: Any, **kwargs: Any) -> Any:
-        """Runs while jax.jit traces a new signature: trace to a Program, optimize, emit it."""
+    def _split(
+        self, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> tuple[list[Any], dict[int, Any], dict[str, Any], dict[str, Any]]:
+        """(dynamic positional args, static ones by index, dynamic keyword args, static ones)."""
         static = {i: args[i] for i in self.static_argnums if i < len(args)}
+        static_kw = {k: v for k, v in kwargs.items() if k in self.static_argnames}
         dynamic = [a for i, a in enumerate(args) if i not in static]
-        specs = jax.tree_util.tree_map(
-            lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), (dynamic, kwargs)
-        )
+        return dynamic, static, {k: v for k, v in kwargs.items() if k not in static_kw}, static_kw
+
+    def _optimized_trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Runs while jax.jit traces a new signature: trace to a Program, optimize, emit it."""
+        dynamic, static, dyn_kwargs, static_kw = self._split(args, kwargs)
+        specs = jax.tree_util.tree_map(_spec, (dynamic, dyn_kwargs))
 
         def with_static(*dyn: Any, **kw: Any) -> Any:
             it = iter(dyn)
-            full = [static[i] if i in static else next(it) for i in range(len(dyn) + len(static))]
-            return self.fn(*full, **kw)
+            full = [static[i] if i in static else next(it) for i in range(len(args))]
+            return self.fn(*full, **kw, **static_kw)
 
         traced = trace(with_static, *specs[0], **specs[1])
         with jax.ensure_compile_time_eval():
@@ -85,10 +99,43 @@ class Jitted:
             jax.tree_util.tree_structure(specs),
             tuple(jax.tree_util.tree_leaves(specs)),
             tuple(static.items()),
+            tuple(sorted(static_kw.items())),
         )
         self.results[signature] = result
-        outs = lower(result.program)(*jax.tree_util.tree_leaves((dynamic, kwargs)))
+        leaves = jax.tree_util.tree_leaves((dynamic, dyn_kwargs))
+        outs = lower(result.program)(*leaves, *traced.closed_over)
         return jax.tree_util.tree_unflatten(traced.out_tree, outs)
+
+
+def _spec(a: Any) -> jax.ShapeDtypeStruct:
+    """Shape, dtype and weak type of an argument: ``x_f16 * 2.0`` stays float16, as under jax.jit."""
+    aval = jax.typeof(a)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def _static_args(
+    fn: Callable[..., Any], nums: Sequence[int], names: Sequence[str]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Static arguments by position and by name, each completed from the other through fn's
+    signature (as jax.jit does); negative positions count from the last positional parameter."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return tuple(nums), tuple(names)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    has_varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
+    resolved = []
+    for i in nums:
+        if i < -len(positional) or (i >= len(positional) and not has_varargs):
+            raise UnsupportedError(
+                f"static_argnums {i} is out of range for {getattr(fn, '__name__', fn)} "
+                f"({len(positional)} positional parameters)"
+            )
+        resolved.append(i % len(positional) if i < 0 else i)
+    by_name = [positional.index(n) for n in names if n in positional]
+    all_nums = tuple(sorted(set(resolved) | set(by_name)))
+    all_names = tuple(dict.fromkeys([*names, *(positional[i] for i in all_nums if i < len(positional))]))
+    return all_nums, all_names
 
 
 def jit(
@@ -99,11 +146,25 @@ def jit(
     limits: Limits | None = None,
     verify: bool = False,
     static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
 ) -> Any:
-    """Decorator: ``@eqsat.jit`` or ``@eqsat.jit(verify=True, static_argnums=(1,))``."""
+    """Decorator: ``@eqsat.jit`` or ``@eqsat.jit(verify=True, static_argnums=(1,))``.
+
+    Static arguments are given by position (negative counts from the end) or by name, and may be
+    passed either way, as with ``jax.jit``.
+    """
     nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
 
     def wrap(f: Callable[..., Any]) -> Jitted:
-        return Jitted(f, rules=rules, cost=cost, limits=limits, verify=verify, static_argnums=nums)
+        return Jitted(
+            f,
+            rules=rules,
+            cost=cost,
+            limits=limits,
+            verify=verify,
+            static_argnums=nums,
+            static_argnames=names,
+        )
 
     return wrap(fn) if fn is not None else wrap

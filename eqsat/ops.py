@@ -68,12 +68,18 @@ def flash_blocks(rows: int, queries: int, keys: int) -> tuple[int, int, int, int
     return bq, bk, -(-queries // bq), -(-keys // bk)
 
 
+# The default of a ``dtype`` attribute that means "the dtype of the first operand".
+LIKE_INPUT = "like-input"
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+DtypeCheck = Callable[[Sequence[TensorType], dict], str | None]
+
+
 @dataclass(frozen=True)
 class Attr:
     name: str
     kind: AttrKind
     default: AttrValue | None = None
-    choices: tuple[str, ...] = ()
+    choices: tuple[str | int, ...] = ()
 
 
 def _elementwise_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
@@ -206,6 +212,7 @@ class OpDef:
     elementwise: bool = False
     same_dtype: tuple[int, ...] = ()
     axis_attr: str | None = None
+    check: DtypeCheck | None = None
 
     @property
     def ctor(self) -> str:
@@ -237,6 +244,8 @@ class OpDef:
             value = attrs.get(a.name, a.default)
             if value is None:
                 raise ShapeError(f"{self.name} needs attribute {a.name!r}")
+            if value == LIKE_INPUT:
+                value = inputs[0].type.dtype
             out[a.name] = _coerce(self.name, a, value)
         if self.axis_attr:
             rank = inputs[0].type.rank
@@ -251,12 +260,14 @@ class OpDef:
         same = (0, 1) if self.elementwise and len(types) == 2 else self.same_dtype
         if len({types[i].dtype for i in same}) > 1:
             raise ShapeError(f"{self.name} of different dtypes {', '.join(types[i].dtype for i in same)}")
-        if self.name == "concat" and len({t.dtype for t in types}) > 1:
-            raise ShapeError("concat of different dtypes")
-        if self.name == "select" and types[0].dtype != "bool":
-            raise ShapeError("select needs a bool condition")
+        problem = self.check(types, attrs) if self.check else None
+        if problem:
+            raise ShapeError(f"{self.name}: {problem}")
         shape = self.shape.infer([t.shape for t in types], attrs)
-        dtype = types[self.dtype].dtype if isinstance(self.dtype, int) else str(attrs[self.dtype])
+        if isinstance(self.dtype, int):
+            dtype = types[self.dtype].dtype
+        else:
+            dtype = self.dtype if self.dtype in DTYPES else str(attrs[self.dtype])
         return TensorType(tuple(int(d) for d in shape), dtype)
 
 
@@ -265,8 +276,12 @@ def _coerce(op: str, attr: Attr, value: AttrValue) -> AttrValue:
     match attr.kind:
         case "int":
             if isinstance(value, bool | int):
+                if attr.choices and int(value) not in attr.choices:
+                    raise ShapeError(f"{op}: {attr.name} must be one of {attr.choices}, got {value!r}")
                 return int(value)
         case "float":
+            if isinstance(value, bool | int) and float(value) != value:
+                raise ShapeError(f"{op}: {attr.name} {value} is not exactly a float (use a constant tensor)")
             if isinstance(value, int | float):
                 return float(value)
         case "ints":
@@ -284,8 +299,26 @@ def _coerce(op: str, attr: Attr, value: AttrValue) -> AttrValue:
     raise bad
 
 
-def _unary(name: str, doc: str) -> OpDef:
-    return OpDef(name, 1, doc, elementwise=True)
+def _floats(types: Sequence[TensorType], attrs: dict) -> str | None:
+    return None if types[0].dtype in FLOAT_DTYPES else f"needs a floating-point operand, got {types[0].dtype}"
+
+
+def _one_dtype(types: Sequence[TensorType], attrs: dict) -> str | None:
+    return None if len({t.dtype for t in types}) == 1 else "operands of different dtypes"
+
+
+def _bool_condition(types: Sequence[TensorType], attrs: dict) -> str | None:
+    return None if types[0].dtype == "bool" else "needs a bool condition"
+
+
+def _bias_in_result_dtype(types: Sequence[TensorType], attrs: dict) -> str | None:
+    if types[2].dtype != attrs["dtype"]:
+        return f"bias of dtype {types[2].dtype}, result of dtype {attrs['dtype']}"
+    return None
+
+
+def _unary(name: str, doc: str, floats_only: bool = True) -> OpDef:
+    return OpDef(name, 1, doc, elementwise=True, check=_floats if floats_only else None)
 
 
 def _binary(name: str, doc: str) -> OpDef:
@@ -307,6 +340,9 @@ def _attention(name: str, doc: str, phases: PhasesFn) -> OpDef:
 
 
 _AXIS = Attr("axis", "int")
+_FLAG_X = Attr("transpose_x", "int", 0, (0, 1))
+_FLAG_Y = Attr("transpose_y", "int", 0, (0, 1))
+_RESULT_DTYPE = Attr("dtype", "str", LIKE_INPUT)
 _OPS = [
     OpDef(
         "full",
@@ -321,30 +357,46 @@ _OPS = [
     OpDef(
         "matmul",
         2,
-        "batched matrix product over the last two dims, with transpose flags",
-        (Attr("transpose_x", "int", 0), Attr("transpose_y", "int", 0)),
+        "batched matrix product over the last two dims, with transpose flags; products are accumulated "
+        "in and returned as dtype (int8 x int8 -> int32, f16 x f16 -> f32, as jax's preferred_element_type)",
+        (_FLAG_X, _FLAG_Y, _RESULT_DTYPE),
         Matmul(),
-        0,
+        "dtype",
         _matmul_flops,
         same_dtype=(0, 1),
     ),
     _binary("add", "x + y (broadcasting)"),
     _binary("sub", "x - y (broadcasting)"),
     _binary("mul", "x * y (broadcasting)"),
-    _binary("div", "x / y (broadcasting)"),
+    _binary("div", "x / y (broadcasting); integers: the quotient rounded toward zero (lax.div)"),
+    _binary("rem", "x - y * div(x, y) (broadcasting): the remainder with the sign of x (lax.rem)"),
     _binary("maximum", "max(x, y) (broadcasting)"),
     _binary("minimum", "min(x, y) (broadcasting)"),
     _unary("exp", "e**x"),
     _unary("log", "natural logarithm"),
     _unary("tanh", "hyperbolic tangent"),
     _unary("sigmoid", "1 / (1 + e**-x)"),
-    _unary("relu", "max(x, 0)"),
+    _unary("relu", "max(x, 0)", floats_only=False),
     _unary("gelu", "GELU, tanh approximation"),
-    _unary("neg", "-x"),
+    _unary("neg", "-x", floats_only=False),
     _unary("sqrt", "square root"),
     _unary("rsqrt", "1 / sqrt(x)"),
     OpDef(
-        "scale", 1, "x * scale + bias", (Attr("scale", "float"), Attr("bias", "float", 0.0)), elementwise=True
+        "is_finite",
+        1,
+        "true where x is neither infinite nor NaN",
+        dtype="bool",
+        flops=_elementwise_flops,
+        elementwise=True,
+        check=_floats,
+    ),
+    OpDef(
+        "scale",
+        1,
+        "x * scale, then + bias unless bias is 0 (floating point only; scale and bias in x's dtype)",
+        (Attr("scale", "float"), Attr("bias", "float", 0.0)),
+        elementwise=True,
+        check=_floats,
     ),
     OpDef(
         "cast",
@@ -374,7 +426,14 @@ _OPS = [
     ),
     OpDef("expand", 1, "broadcast to shape", (Attr("shape", "ints"),), Expand(), flops=_no_flops, view=True),
     OpDef(
-        "concat", VARIADIC, "concatenate along axis", (_AXIS,), Concat(), flops=_no_flops, axis_attr="axis"
+        "concat",
+        VARIADIC,
+        "concatenate along axis",
+        (_AXIS,),
+        Concat(),
+        flops=_no_flops,
+        axis_attr="axis",
+        check=_one_dtype,
     ),
     OpDef(
         "split",
@@ -407,11 +466,13 @@ _OPS = [
     OpDef(
         "linear",
         3,
-        "x @ w + b, then the epilogue act (none, relu, gelu): one kernel",
-        (Attr("transpose_y", "int", 0), Attr("act", "str", "none", ("none", "relu", "gelu"))),
+        "x @ w + b, then the epilogue act (none, relu, gelu): one kernel; the product and b in dtype",
+        (_FLAG_Y, Attr("act", "str", "none", ("none", "relu", "gelu")), _RESULT_DTYPE),
         Linear(),
+        "dtype",
         flops=_matmul_flops,
-        same_dtype=(0, 1, 2),
+        same_dtype=(0, 1),
+        check=_bias_in_result_dtype,
     ),
     OpDef(
         "fma",
@@ -437,6 +498,7 @@ _OPS = [
         shape=Select(),
         dtype=1,
         same_dtype=(1, 2),
+        check=_bool_condition,
     ),
     OpDef(
         "softmax",

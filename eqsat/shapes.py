@@ -40,7 +40,9 @@ def _egg_broadcast(a: str, ra: int, b: str, rb: int) -> list[str]:
         ia, ib = i - (r - ra), i - (r - rb)
         ea = f"(vec-get {a} {ia})" if ia >= 0 else None
         eb = f"(vec-get {b} {ib})" if ib >= 0 else None
-        dims.append(f"(max {ea} {eb})" if ea and eb else ea or eb or "1")
+        # max(a, b), or 0 where one is 0 (a size-0 dim broadcast against 1)
+        both = f"(* (max {ea} {eb}) (min (min {ea} {eb}) 1))"
+        dims.append(both if ea and eb else ea or eb or "1")
     return dims
 
 

@@ -32,6 +32,9 @@ _DTYPES = {
     "i16": "int16",
     "i32": "int32",
     "i64": "int64",
+    "ui16": "uint16",
+    "ui32": "uint32",
+    "ui64": "uint64",
 }
 DTYPE_SHORT = {v: k for k, v in _DTYPES.items()}
 
@@ -132,7 +135,8 @@ def parse_tensor_type(text: str, line: int) -> tuple[tuple[int, ...], str]:
 
 
 def format_tensor_type(shape: tuple[int, ...], dtype: str) -> str:
-    return "tensor<" + "".join(f"{d}x" for d in shape) + DTYPE_SHORT[dtype] + ">"
+    short = DTYPE_SHORT.get(dtype, dtype.replace("<", "[").replace(">", "]"))  # PRNG keys: key[fry]
+    return "tensor<" + "".join(f"{d}x" for d in shape) + short + ">"
 
 
 def format_attr_value(value: AttrValue) -> str:

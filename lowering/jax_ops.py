@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +16,6 @@ Array = jax.Array
 register("add")(jnp.add)
 register("sub")(jnp.subtract)
 register("mul")(jnp.multiply)
-register("div")(jnp.divide)
 register("maximum")(jnp.maximum)
 register("minimum")(jnp.minimum)
 register("exp")(jnp.exp)
@@ -25,6 +26,18 @@ register("relu")(jax.nn.relu)
 register("neg")(jnp.negative)
 register("sqrt")(jnp.sqrt)
 register("rsqrt")(lax.rsqrt)
+register("is_finite")(lax.is_finite)
+
+
+@register("div")
+def _div(x: Array, y: Array) -> Array:
+    """lax.div: true division of floats, integer quotients rounded toward zero (not jnp's floor)."""
+    return lax.div(*jnp.broadcast_arrays(x, y))
+
+
+@register("rem")
+def _rem(x: Array, y: Array) -> Array:
+    return lax.rem(*jnp.broadcast_arrays(x, y))
 
 
 @register("gelu")
@@ -41,13 +54,14 @@ def _full(*, shape: tuple[int, ...], value: float, dtype: str) -> Array | np.nda
 
 
 @register("matmul")
-def _matmul(x: Array, y: Array, *, transpose_x: int, transpose_y: int) -> Array:
-    """Transpose flags become the contraction's dims (no transposed copies); batch dims broadcast."""
+def _matmul(x: Array, y: Array, *, transpose_x: int, transpose_y: int, dtype: str) -> Array:
+    """Transpose flags become the contraction's dims (no transposed copies); batch dims broadcast;
+    products accumulate in ``dtype`` (jax's preferred_element_type)."""
     if not (transpose_x or transpose_y):
-        return jnp.matmul(x, y)
+        return jnp.matmul(x, y, preferred_element_type=dtype)
     lhs = "...km" if transpose_x else "...mk"
     rhs = "...nk" if transpose_y else "...kn"
-    return jnp.einsum(f"{lhs},{rhs}->...mn", x, y)
+    return jnp.einsum(f"{lhs},{rhs}->...mn", x, y, preferred_element_type=dtype)
 
 
 @register("scale")
@@ -87,14 +101,27 @@ def _split(x: Array, *, axis: int, sizes: tuple[int, ...], index: int) -> Array:
     return lax.slice_in_dim(x, start, start + sizes[index], axis=axis)
 
 
+def _lowest(dtype: np.dtype) -> Any:
+    """The identity of max: -inf, the smallest integer, or False."""
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -np.inf
+    return False if dtype == np.bool_ else jnp.iinfo(dtype).min
+
+
+def _reduce(x: Array, init: Any, combine: Any, axis: int, keepdim: int) -> Array:
+    """lax.reduce in x's own dtype (no promotion of small ints), defined on a size-0 axis too."""
+    out = lax.reduce(x, np.asarray(init, x.dtype), combine, (axis,))
+    return jnp.expand_dims(out, axis) if keepdim else out
+
+
 @register("reduce_max")
 def _reduce_max(x: Array, *, axis: int, keepdim: int) -> Array:
-    return jnp.max(x, axis=axis, keepdims=bool(keepdim))
+    return _reduce(x, _lowest(x.dtype), lax.max, axis, keepdim)
 
 
 @register("reduce_sum")
 def _reduce_sum(x: Array, *, axis: int, keepdim: int) -> Array:
-    return jnp.sum(x, axis=axis, keepdims=bool(keepdim))
+    return _reduce(x, 0, lax.add, axis, keepdim)
 
 
 @register("select")
@@ -111,8 +138,8 @@ _ACTIVATIONS = {"none": lambda x: x, "relu": jax.nn.relu, "gelu": _gelu}
 
 
 @register("linear")
-def _linear(x: Array, w: Array, b: Array, *, transpose_y: int, act: str) -> Array:
-    return _ACTIVATIONS[act](_matmul(x, w, transpose_x=0, transpose_y=transpose_y) + b)
+def _linear(x: Array, w: Array, b: Array, *, transpose_y: int, act: str, dtype: str) -> Array:
+    return _ACTIVATIONS[act](_matmul(x, w, transpose_x=0, transpose_y=transpose_y, dtype=dtype) + b)
 
 
 @register("fma")

@@ -26,17 +26,23 @@ RULESETS: dict[str, list[Rule]] = _load()
 ALL_RULES: list[Rule] = [r for rs in RULESETS.values() for r in rs]
 
 
+EXACT = "exact"  # the selector of every rule exact in IEEE arithmetic
+
+
 def select(names: Iterable[str] | None = None) -> list[Rule]:
-    """Rules by theme or rule name (``None``: all). Unknown names raise ``KeyError`` listing the known."""
+    """Rules by theme, by rule name, or ``"exact"`` (every exact rule); ``None``: all. Unknown names
+    raise ``KeyError`` listing the known."""
     if names is None:
         return list(ALL_RULES)
     by_name = {r.name: r for r in ALL_RULES}
     out: list[Rule] = []
     for n in names:
-        if n in RULESETS:
+        if n == EXACT:
+            out.extend(r for r in ALL_RULES if r.exact)
+        elif n in RULESETS:
             out.extend(RULESETS[n])
         elif n in by_name:
             out.append(by_name[n])
         else:
-            raise KeyError(f"unknown rule or theme {n!r} (themes: {', '.join(RULESETS)})")
+            raise KeyError(f"unknown rule or theme {n!r} (themes: {', '.join(RULESETS)}, {EXACT})")
     return out

@@ -1,7 +1,11 @@
 """Algebra: matmul reassociation, scale hoisting, transposes folded into matmul flags, distributivity.
 
 Reassociation can grow the e-graph combinatorially on long chains; the runner's node and time limits
-bound it, and the cost model picks the chain order.
+bound it, and the cost model picks the chain order. Reassociation, distribution and scale motion are
+inexact in IEEE arithmetic: they apply to float32/float64 (half precision overflows where the
+original did not) and to integers (exact: wrap-around arithmetic is a ring), only to matmuls that
+return their operands' dtype, and scale constants they create stay of moderate magnitude. Scales are
+floating point only: integer division by a constant keeps integer semantics.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from typing import Any
 
 from eqsat.ir import TensorType
 
-from .base import Rule, Variant, rule, vec
+from .base import Rule, Variant, moderate, rule, vec
 
 F32 = "float32"
 
@@ -33,6 +37,7 @@ def _chain(rng: Any) -> dict[str, Any]:
         "bt": TensorType((n, k), F32),
         "ct": TensorType((p, n), F32),
         "at": TensorType((k, m), F32),
+        "d": F32,
     }
 
 
@@ -41,8 +46,9 @@ def _scaled(rng: Any) -> dict[str, Any]:
     return {
         "x": TensorType((2, m, k), F32),
         "y": TensorType((2, k, n), F32),
-        "c": float(rng.normal()),
-        "c2": float(rng.normal()),
+        "c": float(rng.uniform(0.1, 2.0)) * float(rng.choice([-1, 1])),
+        "c2": float(rng.uniform(0.1, 2.0)),
+        "d": F32,
     }
 
 
@@ -53,11 +59,21 @@ def _swap(r: int) -> str:
 def _transpose_flags(r: int) -> tuple[Variant, ...]:
     swap = f"(= p {_swap(r)})"
     return (
-        Variant("(Matmul x (Transpose y p) tx 0)", "(Matmul x y tx 1)", (swap,)),
-        Variant("(Matmul x (Transpose y p) tx 1)", "(Matmul x y tx 0)", (swap,)),
-        Variant("(Matmul (Transpose x p) y 0 ty)", "(Matmul x y 1 ty)", (swap,)),
-        Variant("(Matmul (Transpose x p) y 1 ty)", "(Matmul x y 0 ty)", (swap,)),
+        Variant("(Matmul x (Transpose y p) tx 0 d)", "(Matmul x y tx 1 d)", (swap,)),
+        Variant("(Matmul x (Transpose y p) tx 1 d)", "(Matmul x y tx 0 d)", (swap,)),
+        Variant("(Matmul (Transpose x p) y 0 ty d)", "(Matmul x y 1 ty d)", (swap,)),
+        Variant("(Matmul (Transpose x p) y 1 ty d)", "(Matmul x y 0 ty d)", (swap,)),
     )
+
+
+def _plain(*names: str) -> tuple[str, ...]:
+    """Guards: matmuls of ``d`` = the operands' dtype, a dtype that reassociates safely."""
+    return (f"(= d (dtype {names[0]}))", "(reassociable d)")
+
+
+def _scalable(x: str, *constants: str) -> tuple[str, ...]:
+    """Guards: ``x`` is float32/float64 and every constant is of moderate magnitude."""
+    return (f"(wide-float (dtype {x}))", *(f for c in constants for f in moderate(c)))
 
 
 def _transposed_operands(rng: Any) -> dict[str, Any]:
@@ -71,6 +87,7 @@ def _transposed_operands(rng: Any) -> dict[str, Any]:
         "p": perm,
         "tx": int(rng.integers(0, 2)),
         "ty": int(rng.integers(0, 2)),
+        "d": F32,
     }
 
 
@@ -81,6 +98,7 @@ def _distribute(rng: Any) -> dict[str, Any]:
         "y": TensorType((m, k), F32),
         "w": TensorType((k, n), F32),
         "wl": TensorType((n, m), F32),
+        "d": F32,
     }
 
 
@@ -90,55 +108,73 @@ RULES = [
         "(AB)C = A(BC), also with transposed operands; the cost model picks the cheaper order",
         (
             *_both(
-                "(Matmul (Matmul a b 0 0) c 0 0)",
-                "(Matmul a (Matmul b c 0 0) 0 0)",
+                "(Matmul (Matmul a b 0 0 d) c 0 0 d)",
+                "(Matmul a (Matmul b c 0 0 d) 0 0 d)",
                 *_same_rank("a", "b", "c"),
+                *_plain("a"),
             ),
             *_both(
-                "(Matmul (Matmul a b 0 0) ct 0 1)",
-                "(Matmul a (Matmul b ct 0 1) 0 0)",
+                "(Matmul (Matmul a b 0 0 d) ct 0 1 d)",
+                "(Matmul a (Matmul b ct 0 1 d) 0 0 d)",
                 *_same_rank("a", "b", "ct"),
+                *_plain("a"),
             ),
             *_both(
-                "(Matmul at (Matmul b c 0 0) 1 0)",
-                "(Matmul (Matmul at b 1 0) c 0 0)",
+                "(Matmul at (Matmul b c 0 0 d) 1 0 d)",
+                "(Matmul (Matmul at b 1 0 d) c 0 0 d)",
                 *_same_rank("at", "b", "c"),
+                *_plain("at"),
             ),
         ),
         _chain,
+        exact=False,
     ),
     Rule(
         "scale-through-matmul",
         "(c·x)·y = c·(x·y) = x·(c·y): the scale moves to whichever tensor is smallest",
         (
-            *_both("(Matmul (Scale x c 0.0) y tx ty)", "(Scale (Matmul x y tx ty) c 0.0)"),
-            *_both("(Matmul x (Scale y c 0.0) tx ty)", "(Scale (Matmul x y tx ty) c 0.0)"),
+            *_both(
+                "(Matmul (Scale x c 0.0) y tx ty d)",
+                "(Scale (Matmul x y tx ty d) c 0.0)",
+                "(= d (dtype x))",
+                *_scalable("x", "c"),
+            ),
+            *_both(
+                "(Matmul x (Scale y c 0.0) tx ty d)",
+                "(Scale (Matmul x y tx ty d) c 0.0)",
+                "(= d (dtype x))",
+                *_scalable("x", "c"),
+            ),
         ),
         lambda rng: {**_scaled(rng), "tx": 0, "ty": 0},
+        exact=False,
     ),
     rule(
         "scale-compose",
         "two scales without bias are one scale by the product",
         "(Scale (Scale x c 0.0) c2 0.0)",
         "(Scale x (* c c2) 0.0)",
+        *_scalable("x", "c", "c2", "(* c c2)"),
         example=_scaled,
+        exact=False,
     ),
     Rule(
         "scalar-mul-to-scale",
-        "multiplying by a scalar constant is a scale",
+        "multiplying a floating-point tensor by a scalar constant is a scale",
         (
-            Variant("(Mul x (Full (vec-empty) c d))", "(Scale x c 0.0)"),
-            Variant("(Mul (Full (vec-empty) c d) x)", "(Scale x c 0.0)"),
+            Variant("(Mul x (Full (vec-empty) c d))", "(Scale x c 0.0)", ("(float-dtype d)",)),
+            Variant("(Mul (Full (vec-empty) c d) x)", "(Scale x c 0.0)", ("(float-dtype d)",)),
         ),
-        lambda rng: {**_scaled(rng), "d": F32},
+        _scaled,
     ),
     rule(
         "scalar-div-to-scale",
-        "dividing by a nonzero scalar constant is a scale by its inverse (within 1 ulp)",
+        "dividing by a scalar constant is a scale by its inverse (within 1 ulp; floats only)",
         "(Div x (Full (vec-empty) c d))",
         "(Scale x (/ 1.0 c) 0.0)",
-        "(!= c 0.0)",
-        example=lambda rng: {**_scaled(rng), "c": float(rng.uniform(0.5, 2.0)), "d": F32},
+        *_scalable("x", "c"),
+        example=lambda rng: {**_scaled(rng), "c": float(rng.uniform(0.5, 2.0))},
+        exact=False,
     ),
     Rule(
         "transpose-into-matmul",
@@ -151,16 +187,17 @@ RULES = [
         "x@w + y@w = (x+y)@w and w@x + w@y = w@(x+y): one matmul instead of two",
         (
             Variant(
-                "(Add (Matmul x w 0 0) (Matmul y w 0 0))",
-                "(Matmul (Add x y) w 0 0)",
-                ("(= (shape x) (shape y))",),
+                "(Add (Matmul x w 0 0 d) (Matmul y w 0 0 d))",
+                "(Matmul (Add x y) w 0 0 d)",
+                ("(= (shape x) (shape y))", *_plain("x")),
             ),
             Variant(
-                "(Add (Matmul wl x 0 0) (Matmul wl y 0 0))",
-                "(Matmul wl (Add x y) 0 0)",
-                ("(= (shape x) (shape y))",),
+                "(Add (Matmul wl x 0 0 d) (Matmul wl y 0 0 d))",
+                "(Matmul wl (Add x y) 0 0 d)",
+                ("(= (shape x) (shape y))", *_plain("x")),
             ),
         ),
         _distribute,
+        exact=False,
     ),
 ]

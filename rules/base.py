@@ -54,6 +54,12 @@ class Rule:
 
     ``example(rng)`` returns bindings for the variables of the LHS: a ``TensorType`` for each tensor
     variable, a Python value for each attribute variable, satisfying the guard.
+
+    ``exact``: both sides give the same result in IEEE arithmetic for every input (given the same
+    summation order inside a kernel). Inexact rules (reassociation, distribution, scale motion, a
+    softmax computed blockwise) round differently; their guards keep them from turning finite
+    results into inf, NaN or 0 (no half precision where a sum can overflow, constants of moderate
+    magnitude), and ``select(["exact"])`` leaves them out.
     """
 
     name: str
@@ -62,6 +68,7 @@ class Rule:
     example: Example = field(compare=False, repr=False)
     theme: str = ""
     prelude: tuple[str, ...] = ()
+    exact: bool = True
 
     def egglog(self, ruleset: str) -> list[str]:
         many = len(self.variants) > 1
@@ -70,9 +77,21 @@ class Rule:
         ]
 
 
-def rule(name: str, reason: str, lhs: str, rhs: str, *when: str, example: Example) -> Rule:
+def rule(
+    name: str, reason: str, lhs: str, rhs: str, *when: str, example: Example, exact: bool = True
+) -> Rule:
     """A rule with a single variant."""
-    return Rule(name, reason, (Variant(lhs, rhs, when),), example)
+    return Rule(name, reason, (Variant(lhs, rhs, when),), example, exact=exact)
+
+
+# Constants a rule may create or move stay within 2**-20 .. 2**20 in magnitude: far from overflow and
+# underflow in float32 and float64 for any reasonably scaled tensor.
+MODERATE = 2.0**20
+
+
+def moderate(c: str) -> tuple[str, ...]:
+    """Guard facts: the f64 constant ``c`` (a variable or expression) is of moderate magnitude."""
+    return f"(<= (abs {c}) {MODERATE!r})", f"(>= (abs {c}) {1 / MODERATE!r})"
 
 
 def per_rank(

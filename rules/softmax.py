@@ -38,6 +38,8 @@ def _blocks(rng: Any) -> dict[str, Any]:
 
 
 _E, _L = _stats("x", "a")
+# The row max where it is finite, else 0 (FlashAttention's guard): exp(x - max) is then never inf - inf.
+_SAFE_MAX = "(Select (IsFinite (ReduceMax x a 1)) (ReduceMax x a 1) (Full sm 0.0 d))"
 
 RULES = [
     Rule(
@@ -67,14 +69,19 @@ RULES = [
             ),
         ),
         _blocks,
+        exact=False,
     ),
     rule(
         "stats-rescale",
-        "sum(exp(x - m)) = sum(exp(x - max(x))) * exp(max(x) - m): a block's sum rescaled to a new max",
+        "sum(exp(x - m)) = sum(exp(x - mx)) * exp(mx - m), mx = max(x) where finite, else 0: a block's "
+        "sum rescaled to a new max (a fully masked -inf row stays 0, a row with +inf stays inf)",
         "(ReduceSum (Exp (Sub x m)) a 1)",
-        "(Mul (ReduceSum (Exp (Sub x (ReduceMax x a 1))) a 1) (Exp (Sub (ReduceMax x a 1) m)))",
-        "(= (shape m) (vec-set (shape x) a 1))",
+        f"(Mul (ReduceSum (Exp (Sub x {_SAFE_MAX})) a 1) (Exp (Sub {_SAFE_MAX} m)))",
+        "(= sm (shape m))",
+        "(= sm (vec-set (shape x) a 1))",
+        "(= d (dtype x))",
         example=_blocks,
+        exact=False,
     ),
     Rule(
         "max-with-neg-inf",

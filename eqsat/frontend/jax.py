@@ -11,7 +11,7 @@ function still runs. Closed-over arrays become parameters with values; pytrees i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from math import prod
 from typing import Any
@@ -24,7 +24,15 @@ from eqsat.errors import ShapeError, UnsupportedError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
 from eqsat.ops import OPAQUE
 
-_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "maximum", "min": "minimum"}
+_BINARY = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "div",
+    "rem": "rem",
+    "max": "maximum",
+    "min": "minimum",
+}
 _UNARY = {
     "exp": "exp",
     "log": "log",
@@ -33,6 +41,7 @@ _UNARY = {
     "neg": "neg",
     "sqrt": "sqrt",
     "rsqrt": "rsqrt",
+    "is_finite": "is_finite",
 }
 _IDENTITY = {"stop_gradient", "copy", "copy_p", "optimization_barrier_identity"}
 _INLINE = {
@@ -51,32 +60,51 @@ _RECOGNIZED_CUSTOM_JVP = {"relu": "relu"}
 
 @dataclass
 class Traced:
-    """A traced function: its Program and the pytree structures of its inputs and outputs."""
+    """A traced function: its Program and the pytree structures of its inputs and outputs.
+
+    ``closed_over``: values of an enclosing trace (``eqsat.jit`` inside ``jax.jit``) the function
+    closes over; they are the program's parameters without values, in order, and must be passed
+    after the inputs when the lowered program runs.
+    """
 
     program: Program
     in_tree: Any
     out_tree: Any
+    closed_over: list[Any] = field(default_factory=list)
 
 
 def _type(aval: Any, where: str) -> TensorType:
+    if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended):
+        return TensorType(tuple(int(d) for d in aval.shape), str(aval.dtype))  # a PRNG key: passes through
     dtype = np.dtype(aval.dtype).name
     if dtype not in DTYPES:
         raise UnsupportedError(f"{where}: dtype {dtype} is not supported (supported: {', '.join(DTYPES)})")
     return TensorType(tuple(int(d) for d in aval.shape), dtype)
 
 
+def _exact_float(value: np.ndarray) -> float | None:
+    """The scalar as a Python float if that float holds it exactly (sign of zero and NaN included)."""
+    as_float = float(value)
+    same = np.asarray(as_float).astype(value.dtype).tobytes() == value.tobytes()
+    return as_float if same else None
+
+
 class _Tracer:
     def __init__(self, program: Program) -> None:
         self.p = program
+        self.closed_over: list[Any] = []
 
     def op(self, name: str, *inputs: Value, **attrs: Any) -> Value:
         return self.p.add_op(name, list(inputs), **attrs)
 
     def literal(self, lit: Any) -> Value:
+        """A scalar literal a float holds exactly is a ``full``; others (int64 beyond 2**53) are
+        constants with their exact value."""
         t = _type(lit.aval, "literal")
-        value = np.asarray(lit.val)
-        if value.ndim == 0:
-            return self.op("full", shape=t.shape, value=float(value), dtype=t.dtype)
+        value = np.asarray(lit.val, dtype=t.dtype)
+        exact = _exact_float(value) if value.ndim == 0 else None
+        if exact is not None:
+            return self.op("full", shape=t.shape, value=exact, dtype=t.dtype)
         return self.p.add_param(f"lit{len(self.p.params)}", t, value)
 
     def run(self, closed_jaxpr: Any, args: Sequence[Value]) -> list[Value]:
@@ -118,9 +146,14 @@ class _Tracer:
         return handler(self, ins, **params) if handler else self.opaque(eqn, ins)
 
     def const(self, value: Any) -> Value:
+        """A constant of the jaxpr: a parameter with its value, or, for a value of an enclosing
+        trace, a parameter without value that the caller passes (``Traced.closed_over``)."""
+        name = f"const{len(self.p.params)}"
+        if isinstance(value, jax.core.Tracer):
+            self.closed_over.append(value)
+            return self.p.add_param(name, _type(value.aval, "closed-over value"))
         arr = np.asarray(value)
-        t = _type(arr, "closed-over constant")
-        return self.p.add_param(f"const{len(self.p.params)}", t, arr)
+        return self.p.add_param(name, _type(arr, "closed-over constant"), arr)
 
     def opaque(self, eqn: Any, ins: list[Value]) -> list[Value]:
         prim, params = eqn.primitive, dict(eqn.params)
@@ -260,9 +293,10 @@ def _dot_general(
     x, y = ins
     if x.type.dtype != y.type.dtype:
         raise ShapeError("dot_general of mixed dtypes")
+    dtype = x.type.dtype if preferred_element_type is None else np.dtype(preferred_element_type).name
     if not lb and tuple(lc) == (x.type.rank - 1,) and x.type.rank >= 2 and y.type.rank == 2:
-        out = t.op("matmul", x, y, transpose_y=int(rc[0] == 1))  # x @ w: the weight broadcasts over rows
-        return [_preferred(t, out, preferred_element_type)]
+        # x @ w: the weight broadcasts over rows
+        return [t.op("matmul", x, y, transpose_y=int(rc[0] == 1), dtype=dtype)]
     xs, ys = x.type.shape, y.type.shape
     lf = [i for i in range(len(xs)) if i not in lc and i not in lb]
     rf = [i for i in range(len(ys)) if i not in rc and i not in rb]
@@ -276,18 +310,11 @@ def _dot_general(
 
     a = arrange(x, [*lb, *lf, *lc], (*batch, m, k))
     b = arrange(y, [*rb, *rc, *rf], (*batch, k, n))
-    out = t.op("matmul", a, b)
+    out = t.op("matmul", a, b, dtype=dtype)
     final = (*batch, *(xs[i] for i in lf), *(ys[i] for i in rf))
     if out.type.shape != final:
         out = t.op("reshape", out, shape=final)
-    return [_preferred(t, out, preferred_element_type)]
-
-
-def _preferred(t: _Tracer, out: Value, dtype: Any) -> Value:
-    """Cast a dot's result to its preferred element type, if it names another."""
-    if dtype is not None and np.dtype(dtype).name != out.type.dtype:
-        return t.op("cast", out, dtype=np.dtype(dtype).name)
-    return out
+    return [out]
 
 
 _HANDLERS: dict[str, Callable[..., list[Value]]] = {
@@ -333,10 +360,11 @@ def trace(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traced:
         program.add_input(f"arg{i}", _type(v.aval, f"argument leaf {i}"))
         for i, v in enumerate(closed.jaxpr.invars)
     ]
-    outs = _Tracer(program).run(closed, inputs)
+    tracer = _Tracer(program)
+    outs = tracer.run(closed, inputs)
     for i, v in enumerate(outs):
         program.add_output(v, f"out{i}")
-    return Traced(program, in_tree, out_tree)
+    return Traced(program, in_tree, out_tree, tracer.closed_over)
 
 
 def from_jax(fn: Callable[..., Any], *example_args: Any, **example_kwargs: Any) -> Program:

@@ -45,6 +45,7 @@ _BINARY = {
     "pd.maximum": "maximum",
 }
 _IGNORED_ATTRS = {"place", "stop_gradient", "persistable"}
+_MAX_KEPT_CONSTANT = 4096  # elements of a constant whose contents the reader keeps
 
 
 class _Reader:
@@ -63,6 +64,11 @@ class _Reader:
         if isinstance(v, list):
             raise ParseError(f"{name} is a list, expected a tensor", line=line.number, op=line.name)
         return v
+
+    def remember(self, value: Value, fill: object) -> None:
+        """Keep the contents of a small constant (shape operands, scalars); big ones stay symbolic."""
+        if value.type.size <= _MAX_KEPT_CONSTANT:
+            self.consts[id(value)] = np.full(value.type.shape, fill)
 
     def materialize(self, name: str) -> Value:
         data = np.asarray(self.int_arrays[name], dtype=np.int64)
@@ -92,6 +98,31 @@ def _arity(line: Line, n: int) -> None:
         raise ParseError(f"takes {n} operand(s), got {len(line.operands)}", line=line.number, op=line.name)
 
 
+def _results(line: Line, n: int) -> None:
+    if len(line.results) != n:
+        raise ParseError(f"has {n} result(s), got {len(line.results)}", line=line.number, op=line.name)
+
+
+def _single_type(line: Line) -> TensorType:
+    types = _declared(line)
+    if len(types) != 1:
+        raise ParseError(f"needs one result type, got {len(types)}", line=line.number, op=line.name)
+    return types[0]
+
+
+_TRUE, _FALSE = (1, True, "true", "True"), (0, False, "false", "False")
+
+
+def _flag(line: Line, key: str, default: bool) -> bool:
+    """A boolean attribute, written 0/1 or true/false."""
+    value = line.attrs.get(key, default)
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ParseError(f"attribute {key} must be true or false, got {value!r}", line=line.number, op=line.name)
+
+
 def _attr(line: Line, key: str) -> object:
     if key not in line.attrs:
         raise ParseError(f"missing attribute {key!r}", line=line.number, op=line.name)
@@ -106,12 +137,13 @@ def _full(r: _Reader, line: Line) -> list[Value]:
     if not isinstance(value, int | float):
         raise ParseError(f"bad attribute value: {value!r} is not a number", line=line.number, op=line.name)
     out = r.add(line, "full", [], shape=shape, value=float(value), dtype=dtype)
-    r.consts[id(out)] = np.full(out.type.shape, value)
+    r.remember(out, value)
     return [out]
 
 
 def _full_int_array(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 0)
+    _results(line, 1)
     value = _attr(line, "value")
     if not isinstance(value, tuple) or not all(isinstance(v, int) for v in value):
         raise ParseError(
@@ -125,6 +157,14 @@ def _reshape(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 2)
     x = r.tensor(line, line.operands[0])
     spec = list(r.int_array(line, line.operands[1]))
+    if any(d == 0 and i >= x.type.rank for i, d in enumerate(spec)):
+        raise ParseError(
+            f"reshape target {spec}: 0 (keep the input dim) beyond the input's rank {x.type.rank}",
+            line=line.number,
+            op=line.name,
+        )
+    if any(d < -1 for d in spec):
+        raise ParseError(f"reshape target {spec} has a negative dim", line=line.number, op=line.name)
     shape = [x.type.shape[i] if d == 0 else d for i, d in enumerate(spec)]
     if shape.count(-1) > 1:
         raise ParseError("reshape with more than one -1", line=line.number, op=line.name)
@@ -146,7 +186,7 @@ def _expand(r: _Reader, line: Line) -> list[Value]:
             return [r.program.add_op("expand", [x], shape=shape)]
         except ShapeError:
             out = r.add(line, "full", [], shape=shape, value=producer.attrs["value"], dtype=x.type.dtype)
-            r.consts[id(out)] = np.full(shape, producer.attrs["value"])
+            r.remember(out, producer.attrs["value"])
             return [out]
     return [r.add(line, "expand", [x], shape=shape)]
 
@@ -169,15 +209,18 @@ def _softmax(r: _Reader, line: Line) -> list[Value]:
 def _matmul(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 2)
     x, y = (r.tensor(line, o) for o in line.operands)
-    flags = {k: line.attrs.get(k, 0) for k in ("transpose_x", "transpose_y")}
+    flags = {k: int(_flag(line, k, False)) for k in ("transpose_x", "transpose_y")}
     return [r.add(line, "matmul", [x, y], **flags)]
 
 
 def _scale(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 2)
     x, s = (r.tensor(line, o) for o in line.operands)
-    bias = float(line.attrs.get("bias", 0.0))  # type: ignore[arg-type]
-    after = bool(line.attrs.get("bias_after_scale", 1))
+    bias = line.attrs.get("bias", 0.0)
+    if isinstance(bias, str | tuple):
+        raise ParseError(f"bias {bias!r} is not a number", line=line.number, op=line.name)
+    bias = float(bias)
+    after = _flag(line, "bias_after_scale", True)
     const = r.consts.get(id(s))
     if const is not None and const.size == 1:
         value = float(const.ravel()[0])
@@ -198,20 +241,24 @@ def _concat(r: _Reader, line: Line) -> list[Value]:
     xs = r.env.get(line.operands[0])
     if not isinstance(xs, list):
         raise ParseError(f"{line.operands[0]} must be a builtin.combine list", line=line.number, op=line.name)
-    (axis,) = r.int_array(line, line.operands[1])
-    return [r.add(line, "concat", xs, axis=axis)]
+    axes = r.int_array(line, line.operands[1])
+    if len(axes) != 1:
+        raise ParseError(f"concat axis must be one value, got {list(axes)}", line=line.number, op=line.name)
+    return [r.add(line, "concat", xs, axis=axes[0])]
 
 
 def _data(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 0)
-    t = _declared(line)[0]
+    _results(line, 1)
+    t = _single_type(line)
     return [r.program.add_input(str(line.attrs.get("name", line.results[0][1:])), t)]
 
 
 def _parameter(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 0)
+    _results(line, 1)
     name = line.attrs.get("parameter_name", line.attrs.get("name", line.results[0][1:]))
-    return [r.program.add_param(str(name), _declared(line)[0])]
+    return [r.program.add_param(str(name), _single_type(line))]
 
 
 def _fetch(r: _Reader, line: Line) -> list[Value]:
@@ -280,6 +327,22 @@ def _check_declared(line: Line, results: list[Value]) -> None:
             )
 
 
+def _check_operands(r: _Reader, line: Line) -> None:
+    """Each tensor operand must have the type the line declares for it (lists are not checked)."""
+    for name, declared in zip(line.operands, line.in_types, strict=False):
+        value = r.env.get(name)
+        if not isinstance(value, Value) or not declared.strip().endswith(">") or "vec[" in declared:
+            continue
+        try:
+            want = TensorType(*parse_tensor_type(declared, line.number))
+        except (ParseError, ShapeError):
+            continue
+        if want != value.type:
+            raise ParseError(
+                f"operand {name} is {value.type} but the line declares {want}", line=line.number, op=line.name
+            )
+
+
 def parse_pir(text: str) -> Program:
     """Parse a Paddle PIR text dump into a ``Program``; errors name the line, the op and the reason."""
     r = _Reader()
@@ -288,7 +351,11 @@ def parse_pir(text: str) -> Program:
         for res in line.results:
             if res in r.env or res in r.int_arrays:
                 raise ParseError(f"value {res} is defined twice", line=number, op=line.name)
-        results = HANDLERS.get(line.name, _opaque)(r, line)
+        _check_operands(r, line)
+        try:
+            results = HANDLERS.get(line.name, _opaque)(r, line)
+        except ShapeError as e:
+            raise ParseError(str(e), line=number, op=line.name) from None
         _check_declared(line, results)
         for res, value in zip(line.results, results, strict=False):
             r.env[res] = value
@@ -301,5 +368,8 @@ def load(path: str | Path) -> Program:
     """Load a program from a file: a PIR dump (``pd.*`` ops) or eqsat's own text form."""
     from eqsat.ir import parse_program
 
-    text = Path(path).read_text()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ParseError(f"{path} is not UTF-8 text (byte {e.start}): not a program dump") from None
     return parse_pir(text) if '"pd.' in text or '"builtin.' in text else parse_program(text)
