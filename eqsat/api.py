@@ -105,27 +105,34 @@ def optimize(
     model = get_cost_model(cost)
     chosen = _resolve_rules(rules)
     timings: dict[str, float] = {}
-    t = time.perf_counter()
+    t = t_start = time.perf_counter()
     enc = encode(program)
-    egraph = new_egraph()
-    egraph.parse_and_run_program(enc.commands)
-    install(egraph, chosen)
     timings["encode"] = time.perf_counter() - t
     limits = limits or Limits()
+
+    def start() -> Any:
+        egraph = new_egraph()
+        egraph.parse_and_run_program(enc.commands)
+        install(egraph, chosen)
+        return egraph
+
     try:
-        sat = saturate(egraph, limits, progress)
+        egraph, sat = saturate(start, limits, progress)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # egglog errors, and Rust panics (BaseException), e.g. a rule equating shapes
         return _unchanged(program, model, timings, f"saturation failed, the input is returned: {e}")
-    timings["saturate"] = sat.seconds
+    timings["saturate"] = sat.seconds  # loading the program into egglog included
     t = time.perf_counter()
     graph = Serialized(egraph.serialize([]).to_json())
     if extractor == "egglog":
         best = extract_with_egglog(egraph, enc, program)
         after = model.program_cost(best)
     else:
-        best, extractor, after = _extract(graph, enc, program, model, extractor, limits.ilp_timeout_s)
+        # the ILP gets what is left of timeout_s (at least a moment): optimize ends near the limit
+        left = limits.timeout_s - (time.perf_counter() - t_start)
+        ilp_seconds = min(limits.ilp_timeout_s, max(left, 0.05))
+        best, extractor, after = _extract(graph, enc, program, model, extractor, ilp_seconds)
     timings["extract"] = time.perf_counter() - t
     before = model.program_cost(program)
     note = ""

@@ -19,6 +19,7 @@ from typing import Any
 
 from egglog import bindings
 
+from eqsat.errors import EqsatError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
 from eqsat.ops import EGG_SORT, FLOAT_DTYPES, FOLDABLE, OPAQUE, OPS, VARIADIC, OpDef
 from eqsat.shapes import MAX_RANK, Broadcast, Matmul, Permute
@@ -381,6 +382,10 @@ class _Rebuilder:
         return self.out.add_op(spec.name, ins, **dict(zip((a.name for a in spec.attrs), attrs, strict=True)))
 
 
+class CyclicChoice(EqsatError):
+    """A choice of nodes whose program would read its own result (extractors never make one)."""
+
+
 def decode(graph: Serialized, enc: Encoding, choose: Any, original: Program) -> Program:
     """Rebuild a Program from a choice of one node per class (``choose``: class -> Node).
 
@@ -388,20 +393,23 @@ def decode(graph: Serialized, enc: Encoding, choose: Any, original: Program) -> 
     """
     rebuild = _Rebuilder(enc, original)
     memo: dict[str, Value] = {}
+    visiting: set[str] = set()
     for root in enc.roots:
-        stack = [graph.roots[root]]
+        stack = [(graph.roots[root], False)]
         while stack:
-            cid = stack[-1]
+            cid, expanded = stack.pop()
             if cid in memo:
-                stack.pop()
                 continue
             node = choose(cid)
             inputs = input_classes(graph, node, choose)
-            missing = [c for c in inputs if c not in memo]
-            if missing:
-                stack.extend(missing)
+            if not expanded:
+                if cid in visiting:
+                    raise CyclicChoice(f"the chosen node of class {cid} depends on itself")
+                visiting.add(cid)
+                stack.append((cid, True))
+                stack.extend((c, False) for c in inputs if c not in memo)
                 continue
-            stack.pop()
+            visiting.discard(cid)
             spec = spec_of(node)
             if node.op == "Input":
                 attrs = [graph.value(node.children[0])]

@@ -303,6 +303,11 @@ def _floats(types: Sequence[TensorType], attrs: dict) -> str | None:
     return None if types[0].dtype in FLOAT_DTYPES else f"needs a floating-point operand, got {types[0].dtype}"
 
 
+def _numeric(types: Sequence[TensorType], attrs: dict) -> str | None:
+    bad = [t.dtype for t in types if t.dtype == "bool" or t.dtype not in DTYPES]
+    return f"arithmetic on {bad[0]}" if bad else None
+
+
 def _one_dtype(types: Sequence[TensorType], attrs: dict) -> str | None:
     return None if len({t.dtype for t in types}) == 1 else "operands of different dtypes"
 
@@ -318,11 +323,11 @@ def _bias_in_result_dtype(types: Sequence[TensorType], attrs: dict) -> str | Non
 
 
 def _unary(name: str, doc: str, floats_only: bool = True) -> OpDef:
-    return OpDef(name, 1, doc, elementwise=True, check=_floats if floats_only else None)
+    return OpDef(name, 1, doc, elementwise=True, check=_floats if floats_only else _numeric)
 
 
-def _binary(name: str, doc: str) -> OpDef:
-    return OpDef(name, 2, doc, shape=Broadcast(), elementwise=True)
+def _binary(name: str, doc: str, arithmetic: bool = True) -> OpDef:
+    return OpDef(name, 2, doc, shape=Broadcast(), elementwise=True, check=_numeric if arithmetic else None)
 
 
 def _attention(name: str, doc: str, phases: PhasesFn) -> OpDef:
@@ -370,8 +375,8 @@ _OPS = [
     _binary("mul", "x * y (broadcasting)"),
     _binary("div", "x / y (broadcasting); integers: the quotient rounded toward zero (lax.div)"),
     _binary("rem", "x - y * div(x, y) (broadcasting): the remainder with the sign of x (lax.rem)"),
-    _binary("maximum", "max(x, y) (broadcasting)"),
-    _binary("minimum", "min(x, y) (broadcasting)"),
+    _binary("maximum", "max(x, y) (broadcasting)", arithmetic=False),
+    _binary("minimum", "min(x, y) (broadcasting)", arithmetic=False),
     _unary("exp", "e**x"),
     _unary("log", "natural logarithm"),
     _unary("tanh", "hyperbolic tangent"),

@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from egglog import bindings
 
@@ -87,38 +88,124 @@ def install(egraph: bindings.EGraph, rules: Iterable[Rule]) -> None:
         egraph.parse_and_run_program(text)
 
 
+NODE_SLACK = 1.5  # the e-graph may end this far above max_nodes, never further
+_ITERATION = f"(run-schedule (run-with {{scheduler}} {REWRITES}) (saturate {ANALYSIS}))"
+
+
+class _Replayable:
+    """An e-graph and the commands that made it from a fresh start, so it can be rebuilt as it was
+    after any iteration (egglog is deterministic; its push/pop copies the whole e-graph each time)."""
+
+    def __init__(self, start: Callable[[], bindings.EGraph], limits: Limits) -> None:
+        backoff = f"(back-off :match-limit {limits.match_limit} :ban-length {limits.ban_length})"
+        self.start = start
+        self.setup = f"(let-scheduler backoff {backoff})\n(run-schedule (saturate {ANALYSIS}))"
+        self.history: list[str] = []
+        self.egraph = self._fresh()
+
+    def _fresh(self) -> bindings.EGraph:
+        egraph = self.start()
+        egraph.parse_and_run_program(self.setup)
+        return egraph
+
+    def step(self, commands: str) -> Any:
+        """Run one iteration's commands; its run report."""
+        out = self.egraph.parse_and_run_program(commands)
+        self.history.append(commands)
+        return out[-1].report
+
+    def rewind(self, iterations: int) -> None:
+        """Rebuild the e-graph as it was after the first ``iterations`` iterations."""
+        self.history = self.history[:iterations]
+        self.egraph = self._fresh()
+        for commands in self.history:
+            self.egraph.parse_and_run_program(commands)
+
+
 def saturate(
-    egraph: bindings.EGraph,
+    start: Callable[[], bindings.EGraph],
     limits: Limits | None = None,
     progress: Callable[[Iteration], None] | None = None,
-) -> SaturationReport:
-    """Run the installed rules until saturation or a limit; report each iteration."""
+) -> tuple[bindings.EGraph, SaturationReport]:
+    """Run the installed rules until saturation or a limit; the saturated e-graph and a report.
+
+    ``start()`` makes the e-graph to saturate: the program encoded, the rules installed. Limits hold:
+    the e-graph never ends above ``NODE_SLACK`` x ``max_nodes`` e-nodes. An iteration that overshoots
+    (one rule's matches can multiply the e-graph) is undone by replaying the iterations before it,
+    then retried with only the rules whose matches fit the room left; if that overshoots too, it is
+    undone and saturation stops at the last iteration that fit. No iteration starts when the previous
+    one's duration would pass ``timeout_s``.
+    """
     limits = limits or Limits()
     report = SaturationReport()
-    start = time.perf_counter()
-    backoff = f"(back-off :match-limit {limits.match_limit} :ban-length {limits.ban_length})"
-    egraph.parse_and_run_program(f"(let-scheduler backoff {backoff})\n(run-schedule (saturate {ANALYSIS}))")
+    t_start = time.perf_counter()
+    cap = int(NODE_SLACK * limits.max_nodes)
+    run = _Replayable(start, limits)
+    nodes, _ = sizes(run.egraph)
+    last_seconds = 0.0
     for index in range(limits.max_iterations):
+        if time.perf_counter() - t_start + last_seconds > limits.timeout_s:
+            report.stop_reason = f"time limit ({limits.timeout_s:g} s)"
+            break
         t0 = time.perf_counter()
-        out = egraph.parse_and_run_program(
-            f"(run-schedule (run-with backoff {REWRITES}) (saturate {ANALYSIS}))"
-        )
-        run = out[0].report
-        nodes, classes = sizes(egraph)
-        matches = {k: v for k, v in run.num_matches_per_rule.items() if not k.startswith(_ANALYSIS_RULES)}
-        it = Iteration(index, nodes, classes, matches, time.perf_counter() - t0)
+        result = run.step(_ITERATION.format(scheduler="backoff"))
+        size = sizes(run.egraph)
+        if size[0] > cap:
+            result, size = _retry_within(run, index, result, nodes, size[0], cap)
+            report.stop_reason = f"node limit (the next iteration passes {cap} e-nodes)"
+        nodes, classes = size
+        last_seconds = time.perf_counter() - t0
+        matches = {k: v for k, v in result.num_matches_per_rule.items() if not k.startswith(_ANALYSIS_RULES)}
+        it = Iteration(index, nodes, classes, matches, last_seconds)
         report.iterations.append(it)
         if progress:
             progress(it)
-        if not run.updated and run.can_stop:
+        if report.stop_reason:
+            break
+        if not result.updated and result.can_stop:
             report.stop_reason = "saturated"
         elif nodes > limits.max_nodes:
             report.stop_reason = f"node limit ({nodes} > {limits.max_nodes} e-nodes)"
-        elif time.perf_counter() - start > limits.timeout_s:
+        elif time.perf_counter() - t_start > limits.timeout_s:
             report.stop_reason = f"time limit ({limits.timeout_s:g} s)"
         if report.stop_reason:
             break
     else:
         report.stop_reason = f"iteration limit ({limits.max_iterations})"
-    report.seconds = time.perf_counter() - start
-    return report
+    report.seconds = time.perf_counter() - t_start
+    return run.egraph, report
+
+
+def _retry_within(
+    run: _Replayable, index: int, failed: Any, before: int, after: int, cap: int
+) -> tuple[Any, tuple[int, int]]:
+    """Undo iteration ``index`` (it grew ``before`` -> ``after`` > ``cap`` e-nodes) and rerun it with a
+    match limit that admits only the rules whose matches fit the room left; undo that too if it
+    still overshoots. Returns the iteration's report (or an empty one) and the e-graph's size."""
+    matches = sorted(
+        n for name, n in failed.num_matches_per_rule.items() if n and not name.startswith(_ANALYSIS_RULES)
+    )
+    per_match = (after - before) / max(1, sum(matches))
+    room, admitted, limit = cap - before, 0, 0
+    for n in matches:
+        if (admitted + n) * per_match > room / 2:
+            break
+        admitted, limit = admitted + n, n
+    run.rewind(index)
+    if limit:
+        scheduler = f"within{index}"
+        fresh = f"(let-scheduler {scheduler} (back-off :match-limit {limit} :ban-length 1))"
+        result = run.step(fresh + "\n" + _ITERATION.format(scheduler=scheduler))
+        size = sizes(run.egraph)
+        if size[0] <= cap:
+            return result, size
+        run.rewind(index)
+    return _EmptyRun(), sizes(run.egraph)
+
+
+class _EmptyRun:
+    """The report of an iteration that was undone: nothing matched, nothing changed."""
+
+    num_matches_per_rule: dict[str, int] = {}  # noqa: RUF012
+    updated = False
+    can_stop = False

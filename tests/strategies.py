@@ -1,35 +1,72 @@
-"""Hypothesis strategies: random well-typed programs mixing every canonical op, shared subterms and
-several outputs. Used by the fuzz test (``make fuzz`` runs it with many more examples)."""
+"""Hypothesis strategies for fuzzing the whole optimizer.
+
+``programs(family)``: random well-typed Programs built op by op, over one dtype family (float32, half
+precision, float64, integers signed and unsigned), with size-0 and size-1 dims, scalar constants
+including ±0.0, -inf masks and fully masked softmax rows, integer division and remainder, matmuls
+accumulating in a wider type, shared subterms and several outputs. ``deep_program(n)``: a chain of
+``n`` ops. ``jax_functions(family)``: random JAX functions as users write them (Python scalars are
+weakly typed, ``//``, ``%``, ``x.sum(dtype=...)``, ``preferred_element_type``, ``jnp.where`` masks,
+``jax.nn.softmax``) with arguments, to run through ``eqsat.jit`` and ``jax.jit`` side by side.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
+from jax import lax
 
 from eqsat import Builder, Program, Value
-from eqsat.ir import Op
-from eqsat.ops import OPAQUE, OPS
+from eqsat.ir import Op, TensorType
+from eqsat.ops import FLOAT_DTYPES, OPAQUE
+from eqsat.verify import INPUT_KINDS, random_array
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "float32": ("float32",),
+    "half": ("float16", "bfloat16"),
+    "float64": ("float64",),  # under jax.enable_x64
+    "int": ("int8", "int16", "int32", "uint8", "uint16", "uint32"),
+    "int64": ("int64", "uint64"),  # under jax.enable_x64
+}
+X64_FAMILIES = frozenset({"float64", "int64"})
+
+
+def _is_float(v: Value) -> bool:
+    return v.type.dtype in FLOAT_DTYPES
 
 
 def _same_type(pool: list[Value], x: Value) -> list[Value]:
     return [v for v in pool if v.type == x.type]
 
 
-def _unary(name: str) -> Callable[..., Value]:
-    return lambda draw, b, x, pool: b.op(name, x)
+def _constant(draw: Draw, dtype: str) -> float:
+    if dtype in FLOAT_DTYPES:
+        return draw(st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.5, 3.0, -np.inf]) | st.floats(-4, 4, width=16))
+    low = 0 if dtype.startswith("uint") else -7
+    return float(draw(st.integers(low, 7)))
 
 
-def _binary(name: str) -> Callable[..., Value]:
-    def make(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
-        scalar = b.full(shape=(), value=draw(st.floats(-2, 2, width=16)), dtype=x.type.dtype)
+def _binary(name: str) -> Callable[..., Value | None]:
+    def make(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+        if x.type.dtype == "bool":
+            return None
+        scalar = b.full(shape=(), value=_constant(draw, x.type.dtype), dtype=x.type.dtype)
         y = draw(st.sampled_from([*_same_type(pool, x), scalar]))
         return b.op(name, *draw(st.permutations([x, y])))
+
+    return make
+
+
+def _unary(name: str, floats_only: bool) -> Callable[..., Value | None]:
+    def make(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+        if (floats_only and not _is_float(x)) or x.type.dtype == "bool":
+            return None
+        return b.op(name, x)
 
     return make
 
@@ -44,7 +81,7 @@ def _reshape(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
 
 
 def _expand(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
-    return b.expand(x, shape=(draw(st.integers(1, 3)), *x.type.shape))
+    return b.expand(x, shape=(draw(st.integers(0, 3)), *x.type.shape))
 
 
 def _concat(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
@@ -61,54 +98,71 @@ def _split(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
     return b.split(x, axis=axis, sizes=(first, x.type.shape[axis] - first), index=draw(st.integers(0, 1)))
 
 
-def _reduce(name: str) -> Callable[..., Value]:
-    def make(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
+def _reduce(name: str) -> Callable[..., Value | None]:
+    def make(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+        if x.type.dtype == "bool":
+            return None
         return b.op(name, x, axis=draw(st.integers(0, x.type.rank - 1)), keepdim=draw(st.integers(0, 1)))
 
     return make
 
 
-def _softmax(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
-    return b.softmax(x, axis=draw(st.integers(0, x.type.rank - 1)))
+def _softmax(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+    return b.softmax(x, axis=draw(st.integers(0, x.type.rank - 1))) if _is_float(x) else None
+
+
+def _masked_softmax(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+    """softmax(where(mask, x, -inf)) over the last axis: rows where the mask is all false are NaN."""
+    if not _is_float(x):
+        return None
+    mask = b.input(f"m{len(b.program.inputs)}", x.type.shape, "bool")
+    fill = b.expand(b.full(shape=(), value=-np.inf, dtype=x.type.dtype), shape=x.type.shape)
+    return b.softmax(b.select(mask, x, fill), axis=x.type.rank - 1)
 
 
 def _matmul(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
-    if x.type.rank < 2:
+    """x @ w with a constant weight; int8/int16 and half precision accumulate in a wider type."""
+    if x.type.rank < 2 or x.type.dtype == "bool":
         return None
-    k, n = x.type.shape[-1], draw(st.integers(1, 4))
+    k, n = x.type.shape[-1], draw(st.integers(0, 4))
     transpose_y = draw(st.integers(0, 1))
     shape = (n, k) if transpose_y else (k, n)
-    data = np.random.default_rng(len(b.program.params)).normal(size=shape)
+    rng = np.random.default_rng(len(b.program.params))
+    data = random_array(TensorType(shape, x.type.dtype), rng)
     w = b.param(f"w{len(b.program.params)}", shape, x.type.dtype, data=data)
-    return b.matmul(x, w, transpose_y=transpose_y)
+    wider = {"int8": "int32", "int16": "int32", "float16": "float32", "bfloat16": "float32"}
+    dtype = draw(st.sampled_from([x.type.dtype, wider.get(x.type.dtype, x.type.dtype)]))
+    return b.matmul(x, w, transpose_y=transpose_y, dtype=dtype)
 
 
-def _scale(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
+def _scale(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+    if not _is_float(x):
+        return None
     return b.scale(x, scale=draw(st.floats(-2, 2, width=16)), bias=draw(st.floats(-1, 1, width=16)))
 
 
-def _cast(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
-    return b.cast(x, dtype="float16" if x.type.dtype == "float32" else "float32")
+def _cast(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+    if x.type.dtype == "bool":
+        return None
+    targets = {"float32": "float16", "float16": "float32", "bfloat16": "float32", "float64": "float32"}
+    return b.cast(x, dtype=targets.get(x.type.dtype, "float32"))
 
 
 def _select(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
-    cond = b.input(f"c{len(b.program.inputs)}", x.type.shape, "bool")
+    cond = b.is_finite(x) if _is_float(x) else b.input(f"c{len(b.program.inputs)}", x.type.shape, "bool")
     return b.select(cond, x, draw(st.sampled_from(_same_type(pool, x))))
 
 
 def _opaque(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
     out = Value(x.type)
-    b.program.ops.append(Op(OPAQUE, (x,), {"op": "tanh_plus_one"}, (out,), lambda v: jnp.tanh(v) + 1))
+    b.program.ops.append(Op(OPAQUE, (x,), {"op": "negative"}, (out,), lambda v: (jnp.negative(v),)))
     return out
 
 
 MAKERS: dict[str, Callable[..., Value | None]] = {
-    **{
-        name: _unary(name)
-        for name, spec in OPS.items()
-        if spec.elementwise and spec.arity == 1 and not spec.attrs
-    },
-    **{name: _binary(name) for name, spec in OPS.items() if spec.elementwise and spec.arity == 2},
+    **{name: _binary(name) for name in ("add", "sub", "mul", "div", "rem", "maximum", "minimum")},
+    **{name: _unary(name, True) for name in ("exp", "log", "tanh", "sigmoid", "gelu", "sqrt", "rsqrt")},
+    **{name: _unary(name, False) for name in ("relu", "neg")},
     "transpose": _transpose,
     "reshape": _reshape,
     "expand": _expand,
@@ -117,30 +171,142 @@ MAKERS: dict[str, Callable[..., Value | None]] = {
     "reduce_max": _reduce("reduce_max"),
     "reduce_sum": _reduce("reduce_sum"),
     "softmax": _softmax,
+    "masked_softmax": _masked_softmax,
     "matmul": _matmul,
     "scale": _scale,
     "cast": _cast,
     "select": _select,
     OPAQUE: _opaque,
 }
-# Transposes twice as likely: they are what most rules act on.
-KINDS = sorted(MAKERS) + ["transpose"] * 4
+# Transposes and matmuls more likely: they are what most rules act on.
+KINDS = sorted(MAKERS) + ["transpose"] * 3 + ["matmul"] * 2
+
+_DIM = st.sampled_from([0, 1, 1, 2, 3, 4])  # size-0 and size-1 dims included
 
 
 @st.composite
-def programs(draw: Draw, max_ops: int = 10) -> Program:
-    """A random well-typed Program over 1-3 float inputs of rank 1-3."""
+def programs(draw: Draw, family: str = "float32", max_ops: int = 10) -> Program:
+    """A random well-typed Program over 1-3 inputs of rank 1-3 of one dtype of ``family``."""
+    dtype = draw(st.sampled_from(FAMILIES[family]))
     b = Builder()
     pool = []
     for i in range(draw(st.integers(1, 3))):
-        shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
-        pool.append(b.input(f"x{i}", shape))
+        shape = tuple(draw(st.lists(_DIM, min_size=1, max_size=3)))
+        pool.append(b.input(f"x{i}", shape, dtype))
     n_inputs = len(pool)
     for _ in range(draw(st.integers(1, max_ops))):
-        x = draw(st.sampled_from([v for v in pool if v.type.rank >= 1]))
+        x = draw(st.sampled_from(pool))
         value = MAKERS[draw(st.sampled_from(KINDS))](draw, b, x, pool)
         if value is not None:
             pool.append(value)
     candidates = pool[n_inputs:] or pool
     outputs = draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3, unique_by=id))
     return b.build(*outputs)
+
+
+def deep_program(n: int, seed: int = 0) -> Program:
+    """A chain of ``n`` elementwise ops (tanh, relu, scale, add of an earlier value) over one input."""
+    rng = np.random.default_rng(seed)
+    b = Builder()
+    x = y = b.input("x", (4, 8))
+    for i in range(n):
+        kind = int(rng.integers(4))
+        y = (b.tanh(y), b.relu(y), b.scale(y, scale=0.5, bias=0.0), b.add(y, x))[kind]
+        if i % 100 == 0:
+            x = y
+    return b.build(y)
+
+
+# ---- JAX functions as users write them --------------------------------------------------------------
+
+Step = Callable[[list[Any]], Any]
+
+
+def _partner(env: list[Any]) -> Any:
+    """A second operand for the last value: the first array if their shapes broadcast, else itself."""
+    try:
+        np.broadcast_shapes(env[-1].shape, env[0].shape)
+        return env[0]
+    except ValueError:
+        return env[-1]
+
+
+def _float_steps(draw: Draw, dtype: str) -> Step:
+    c = draw(st.sampled_from([2.0, 0.5, 3.0, -1.5, 0.0, -0.0, 1e-3]))
+    axis = draw(st.integers(-1, 0))
+    steps: dict[str, Step] = {
+        "add_scalar": lambda e: e[-1] + c,
+        "mul_scalar": lambda e: e[-1] * c,
+        "div_scalar": lambda e: e[-1] / (c or 2.0),
+        "sub": lambda e: e[-1] - _partner(e),
+        "mul": lambda e: e[-1] * _partner(e),
+        "max": lambda e: jnp.maximum(e[-1], _partner(e)),
+        "exp": lambda e: jnp.exp(e[-1]),
+        "tanh": lambda e: jnp.tanh(e[-1]),
+        "relu": lambda e: jax.nn.relu(e[-1]),
+        "softmax": lambda e: jax.nn.softmax(e[-1], axis=axis),
+        "mask": lambda e: jnp.where(e[-1] > 0, e[-1], -jnp.inf),
+        "sum": lambda e: jnp.sum(e[-1], axis=axis, keepdims=True),
+        "max_reduce": lambda e: jnp.max(e[-1], axis=axis, keepdims=True, initial=-jnp.inf),
+        "logsumexp": lambda e: jax.nn.logsumexp(e[-1], axis=axis, keepdims=True),
+        "transpose": lambda e: e[-1].T,
+        "gram": lambda e: (
+            jnp.matmul(e[-1], jnp.swapaxes(e[-1], -1, -2), preferred_element_type=jnp.float32)
+            if e[-1].ndim >= 2
+            else e[-1]
+        ),
+        "matmul_chain": lambda e: (e[-1] @ jnp.swapaxes(e[-1], -1, -2)) @ e[-1] if e[-1].ndim >= 2 else e[-1],
+        "astype": lambda e: e[-1].astype(jnp.float32).astype(dtype),
+    }
+    return steps[draw(st.sampled_from(sorted(steps)))]
+
+
+def _int_steps(draw: Draw, dtype: str) -> Step:
+    c = draw(st.integers(1, 7))
+    big = draw(st.sampled_from([2**53 + 1, 6364136223846793005])) if "64" in dtype else c
+    axis = draw(st.integers(-1, 0))
+    steps: dict[str, Step] = {
+        "add_scalar": lambda e: e[-1] + c,
+        "mul_scalar": lambda e: e[-1] * c,
+        "lax_div": lambda e: lax.div(e[-1], jnp.asarray(c, e[-1].dtype)),
+        "floordiv": lambda e: e[-1] // c,
+        "mod": lambda e: e[-1] % c,
+        "rem": lambda e: lax.rem(e[-1], jnp.asarray(c, e[-1].dtype)),
+        "sub": lambda e: e[-1] - _partner(e),
+        "max": lambda e: jnp.maximum(e[-1], _partner(e)),
+        "sum_same_dtype": lambda e: e[-1].sum(axis=axis, dtype=e[-1].dtype),
+        "max_reduce": lambda e: jnp.max(e[-1], axis=axis, initial=jnp.iinfo(e[-1].dtype).min),
+        "dot_wide": lambda e: (
+            lax.dot(e[-1], jnp.swapaxes(e[-1], -1, -2), preferred_element_type=jnp.int32)
+            if e[-1].ndim == 2 and e[-1].dtype in (jnp.int8, jnp.int16)
+            else e[-1]
+        ),
+        "big_literal": lambda e: e[-1] * big + 1,
+        "transpose": lambda e: e[-1].T,
+    }
+    return steps[draw(st.sampled_from(sorted(steps)))]
+
+
+@st.composite
+def jax_functions(draw: Draw, family: str = "float32") -> tuple[Callable[..., Any], list[Any]]:
+    """A random JAX function of 1-2 arrays (and a weakly typed Python scalar) and its arguments."""
+    dtype = draw(st.sampled_from(FAMILIES[family]))
+    is_float = dtype in FLOAT_DTYPES
+    shape = tuple(draw(st.lists(_DIM, min_size=1, max_size=3)))
+    steps = [(_float_steps if is_float else _int_steps)(draw, dtype) for _ in range(draw(st.integers(1, 6)))]
+    n_outputs = draw(st.integers(1, 2))
+
+    def fn(*args: Any) -> tuple[Any, ...]:
+        *arrays, s = args
+        env = [arrays[0] * s, *arrays[1:]]  # the scalar is weak: it keeps the arrays' dtype
+        for step in steps:
+            env.append(step(env))
+        return tuple(env[-n_outputs:])
+
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    kind = draw(st.sampled_from(INPUT_KINDS))
+    arrays = [random_array(TensorType(shape, dtype), rng, kind) for _ in range(draw(st.integers(1, 2)))]
+    scalar = draw(st.sampled_from([1.0, 2.0, -1.0] if is_float else [1, 3, -1]))
+    if dtype.startswith("uint") and scalar < 0:
+        scalar = 1
+    return fn, [*arrays, scalar]
