@@ -28,7 +28,7 @@ clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
 
 fuzz: $(STAMP)
-	EQSAT_FUZZ_EXAMPLES=$${EQSAT_FUZZ_EXAMPLES:-5000} $(PY) -m pytest tests/test_fuzz.py
+	EQSAT_FUZZ_EXAMPLES=$${EQSAT_FUZZ_EXAMPLES:-500} $(PY) -m pytest tests/test_fuzz.py -p no:cacheprovider -rA
 
 bench: $(STAMP)
 	$(PY) -m bench.rewrites

@@ -274,8 +274,8 @@ def _int_steps(draw: Draw, dtype: str) -> Step:
         "rem": lambda e: lax.rem(e[-1], jnp.asarray(c, e[-1].dtype)),
         "sub": lambda e: e[-1] - _partner(e),
         "max": lambda e: jnp.maximum(e[-1], _partner(e)),
-        "sum_same_dtype": lambda e: e[-1].sum(axis=axis, dtype=e[-1].dtype),
-        "max_reduce": lambda e: jnp.max(e[-1], axis=axis, initial=jnp.iinfo(e[-1].dtype).min),
+        "sum_same_dtype": lambda e: e[-1].sum(axis=axis, dtype=e[-1].dtype, keepdims=True),
+        "max_reduce": lambda e: jnp.max(e[-1], axis=axis, keepdims=True, initial=jnp.iinfo(e[-1].dtype).min),
         "dot_wide": lambda e: (
             lax.dot(e[-1], jnp.swapaxes(e[-1], -1, -2), preferred_element_type=jnp.int32)
             if e[-1].ndim == 2 and e[-1].dtype in (jnp.int8, jnp.int16)

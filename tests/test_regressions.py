@@ -1,0 +1,237 @@
+"""One regression test per class of bug an independent fuzzer found (miscompiles, crashes on valid
+programs, limits overshot, unclear errors). Each compares with ``jax.jit`` or asserts the clean error."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import eqsat
+from eqsat import Builder, Limits, ParseError
+from eqsat.rules import ALL_RULES, select
+from eqsat.verify import validate
+
+
+def _same(fn, *args, **jit_kwargs):
+    """eqsat.jit(fn) gives exactly jax.jit(fn)'s results: values, dtypes, signs of zero, infs."""
+    want = jax.tree_util.tree_leaves(jax.jit(fn)(*args))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = jax.tree_util.tree_leaves(eqsat.jit(fn, **jit_kwargs)(*args))
+    for a, b in zip(want, got, strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(b, a)
+        if a.dtype.kind == "f":
+            assert (np.signbit(a) == np.signbit(b)).all()
+
+
+# ---- wrong results ------------------------------------------------------------------------------------
+
+
+def test_integer_division_by_a_constant_stays_integer_division():
+    _same(lambda x: (lax.div(x, 3), x // 2, x % 3, lax.rem(x, 4)), jnp.arange(-10, 10, dtype=jnp.int32))
+
+
+def test_div_lowers_to_truncating_integer_division_without_rules():
+    x, y = jnp.array([7, -7, 9], jnp.int32), jnp.array([2, 2, 4], jnp.int32)
+    _same(lax.div, x, y, rules=[])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "out", "value"), [(jnp.int8, jnp.int32, 100), (jnp.float16, jnp.float32, 200.0)]
+)
+def test_preferred_element_type_is_the_accumulation_type(dtype, out, value):
+    a = jnp.full((4, 4), value, dtype)
+    _same(lambda a, b: lax.dot(a, b, preferred_element_type=out), a, a)
+    program = eqsat.from_jax(lambda a, b: jnp.dot(a, b, preferred_element_type=out), a, a)
+    (op,) = program.ops
+    assert op.name == "matmul" and op.attrs["dtype"] == np.dtype(out).name
+
+
+def test_inexact_rules_keep_finite_results_finite():
+    h = lambda v, shape: jnp.full(shape, v, jnp.float16)  # noqa: E731
+    _same(lambda x, y: (x * (1 / 64)) @ y, h(30.0, (2, 512)), h(30.0, (512, 2)))
+    _same(lambda x, y, w: x @ w + y @ w, h(4e4, (2, 1)), h(4e4, (2, 1)), h(1e-3, (1, 2)))
+    _same(lambda x: (x * 1e-30) * 1e-30, jnp.full((2,), 1e30, jnp.float32))
+    _same(lambda x, w: ((x * 1e30) @ w) * 1e30, jnp.zeros((2, 2)), jnp.ones((2, 2)))
+
+
+def test_every_rule_declares_exactness_and_exact_only_is_selectable():
+    inexact = {r.name for r in ALL_RULES if not r.exact}
+    assert {"matmul-assoc", "scale-compose", "matmul-distribute", "stats-rescale"} <= inexact
+    assert inexact.isdisjoint(r.name for r in select(["exact"]))
+    x = jnp.ones((4, 4))
+    result = eqsat.optimize(eqsat.from_jax(lambda a, b, c: (a @ b) @ c * 2.0, x, x, x), rules=["exact"])
+    assert not set(result.report.rules_fired) & inexact
+
+
+def test_stats_rescale_keeps_masked_and_infinite_rows():
+    def f(x, c):
+        m = jnp.max(x, axis=-1, keepdims=True)
+        return jnp.sum(jnp.exp(x - m), -1, keepdims=True), jnp.sum(jnp.exp(x - c), -1, keepdims=True)
+
+    x = np.random.default_rng(0).normal(size=(3, 64)).astype(np.float32)
+    x[1], x[2, 5] = -np.inf, np.inf
+    c = np.zeros((3, 1), np.float32)
+    want, got = jax.jit(f)(x, c)[1], eqsat.jit(f)(x, c)[1]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got[1, 0] == 0 and got[2, 0] == np.inf
+
+
+def test_the_sign_of_zero_is_kept():
+    _same(lambda x: (1 / (x * 0.0), 1 / (x * -0.0)), jnp.array([1.0, 2.0]), rules=[])
+    _same(lambda x: (1 / (x * 0.0), 1 / (x * -0.0)), jnp.array([1.0, 2.0]))
+
+
+def test_small_integer_sums_wrap_in_their_own_dtype():
+    _same(lambda x: x.sum(dtype=jnp.int8), jnp.ones((300,), jnp.int8))
+
+
+def test_int64_literals_keep_every_bit():
+    with jax.enable_x64(True):
+        x = jnp.array([0, 12345], jnp.int64)
+        _same(lambda x: (x + (2**53 + 1), x * 6364136223846793005 + 1442695040888963407), x)
+
+
+def test_weakly_typed_scalars_keep_the_arrays_dtype():
+    assert eqsat.jit(lambda x, s: x * s)(jnp.ones(3, jnp.float16), 2.0).dtype == jnp.float16
+
+
+# ---- crashes on valid programs --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [3, 30])
+def test_blow_ups_extract_from_typed_classes_only(n):
+    rng = np.random.default_rng(7)
+    dims = [int(d) for d in rng.choice([2, 3, 8, 16, 32, 64], n + 1)]
+    mats = [jnp.asarray(rng.normal(size=(dims[i], dims[i + 1])) / np.sqrt(dims[i])) for i in range(n)]
+
+    def chain(*ms):
+        out = ms[0]
+        for m in ms[1:]:
+            out = out @ m
+        return out
+
+    np.testing.assert_allclose(eqsat.jit(chain)(*mats), jax.jit(chain)(*mats), rtol=1e-4, atol=1e-5)
+    _same(lambda x, w: ((x @ w) * 0.0) * 3.0, jnp.ones((2, 3)), jnp.ones((3, 4)))
+
+
+def test_a_20000_op_chain_optimizes():
+    b = Builder()
+    y = b.input("x", (8, 16))
+    for i in range(20_000):
+        y = b.tanh(y) if i % 2 else b.relu(y)
+    result = eqsat.optimize(b.build(y), rules=["transpose"])
+    assert len(result.program.ops) == 20_000
+
+
+def test_size_zero_dims_broadcast_and_reduce():
+    _same(lambda x, y, z: x * y + z, jnp.ones((1,)), jnp.ones((0,)), jnp.ones((1,)))
+    x = jnp.zeros((0, 3))
+    _same(lambda x: (jax.nn.softmax(x, axis=0), jnp.max(x, axis=0, initial=-jnp.inf)), x)
+
+
+# ---- limits -------------------------------------------------------------------------------------------
+
+
+def _qkv(n):
+    rng = np.random.default_rng(0)
+    ws = [jnp.asarray(rng.normal(size=(64, 16)), jnp.float32) for _ in range(n)]
+    return eqsat.from_jax(lambda x, *ws: [x @ w for w in ws], jnp.ones((8, 64)), *ws)
+
+
+@pytest.mark.parametrize("match_limit", [2_000, 1_000_000])
+def test_node_and_time_limits_hold_on_blow_ups(match_limit):
+    limits = Limits(max_nodes=2000, match_limit=match_limit, timeout_s=3.0)
+    for program in (_qkv(24),):
+        t0 = time.perf_counter()
+        result = eqsat.optimize(program, limits=limits)
+        assert time.perf_counter() - t0 <= limits.timeout_s + 1.0
+        assert all(it.nodes <= 1.5 * limits.max_nodes for it in result.report.saturation.iterations)
+        validate(program, result.program, rules_fired=sorted(result.report.rules_fired))
+
+
+# ---- clear errors -------------------------------------------------------------------------------------
+
+_DATA = '{\n (%0) = "pd.data" () {name:"x"} : () -> pd.tensor<2x3xf32>\n'
+_FETCH = ' (%9) = "pd.fetch" (%1) {name:"out"} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n}\n'
+_BAD_PIR = {
+    "huge full": _DATA + ' (%1) = "pd.full" () {dtype:float32,shape:IntArray[1000000,1000000],value:1.0}'
+    " : () -> pd.tensor<1000000x1000000xf32>\n" + _FETCH,
+    "negative dim": _DATA + ' (%1) = "pd.full" () {dtype:float32,shape:IntArray[-1,3],value:1.0}'
+    " : () -> pd.tensor<2x3xf32>\n" + _FETCH,
+    "1e20 dim": _DATA.replace("2x3", "100000000000000000000x3"),
+    "no type": '{\n (%1) = "pd.data" () {name:"x"} : () -> \n' + _FETCH,
+    "no result": _DATA
+    + ' () = "pd.full_int_array" () {value:IntArray[1]} : () -> pd.tensor<1xi64>\n'
+    + _FETCH,
+    "reshape 0 beyond rank": _DATA
+    + ' (%5) = "pd.full_int_array" () {value:IntArray[0,0,0,6]} : () -> pd.tensor<4xi64>\n'
+    ' (%1) = "pd.reshape" (%0, %5) {} : (pd.tensor<2x3xf32>, pd.tensor<4xi64>) -> pd.tensor<2x3xf32>\n'
+    + _FETCH,
+    "concat axis list": _DATA + ' (%3) = "builtin.combine" (%0, %0) {} : () -> vec[]\n'
+    ' (%4) = "pd.full_int_array" () {value:IntArray[0,1]} : () -> pd.tensor<2xi64>\n'
+    ' (%1) = "pd.concat" (%3, %4) {} : () -> pd.tensor<4x3xf32>\n' + _FETCH,
+    "bias not a number": _DATA
+    + ' (%3) = "pd.full" () {dtype:float32,shape:IntArray[1],value:2.0} : () -> pd.tensor<1xf32>\n'
+    ' (%1) = "pd.scale" (%0, %3) {bias:"abc"}'
+    " : (pd.tensor<2x3xf32>, pd.tensor<1xf32>) -> pd.tensor<2x3xf32>\n" + _FETCH,
+    "transpose flag 5": _DATA + ' (%1) = "pd.matmul" (%0, %0) {transpose_x:0,transpose_y:5}'
+    " : (pd.tensor<2x3xf32>, pd.tensor<2x3xf32>) -> pd.tensor<2x2xf32>\n" + _FETCH.replace("2x3", "2x2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BAD_PIR))
+def test_bad_pir_is_one_parse_error_naming_the_line(name):
+    with pytest.raises(ParseError, match=r"line \d+"):
+        eqsat.parse_pir(_BAD_PIR[name])
+
+
+def test_a_non_utf8_file_is_a_parse_error(tmp_path):
+    path = tmp_path / "bad.pir"
+    path.write_bytes(b'{\n (%0) = "pd.data" () {name:"\xff\xfe"} : () -> pd.tensor<2xf32>\n}\n')
+    with pytest.raises(ParseError, match="UTF-8"):
+        eqsat.load(path)
+
+
+def test_pir_mutations_never_raise_internal_errors():
+    """Random byte-level mutations of a valid dump: each loads, or fails with a ParseError."""
+    text = _DATA + ' (%1) = "pd.relu" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n' + _FETCH
+    rng = np.random.default_rng(0)
+    alphabet = [*'0123456789-x%(){}[]:,"e.', "1e20", "-1", "true", "IntArray[", "f16", "i64"]
+    for _ in range(200):
+        chars = list(text)
+        for _ in range(int(rng.integers(1, 4))):
+            i = int(rng.integers(len(chars)))
+            chars[i] = str(rng.choice(alphabet)) if rng.random() < 0.7 else ""
+        try:
+            program = eqsat.parse_pir("".join(chars))
+        except ParseError:
+            continue
+        eqsat.optimize(program)
+
+
+def test_jax_random_runs_inside_eqsat_jit():
+    f = lambda x: x + jax.random.normal(jax.random.key(0), x.shape)  # noqa: E731
+    g = lambda x: x + jax.random.normal(jax.random.PRNGKey(0), x.shape)  # noqa: E731
+    for fn in (f, g):
+        np.testing.assert_array_equal(eqsat.jit(fn)(jnp.ones(3)), jax.jit(fn)(jnp.ones(3)))
+
+
+def test_static_arguments_and_nesting_behave_as_in_jax_jit():
+    x = jnp.ones((4, 4))
+    assert float(eqsat.jit(lambda x, k: x * k, static_argnums=-1)(x, 3)[0, 0]) == 3.0
+    scaled = eqsat.jit(lambda x, k: x * k if k > 2 else x, static_argnums=1)
+    assert float(scaled(x, k=3)[0, 0]) == 3.0
+    assert float(eqsat.jit(lambda x, k: x * k, static_argnames="k")(x, k=4)[0, 0]) == 4.0
+    nested = jax.jit(lambda x: eqsat.jit(lambda z: z @ x + 1.0)(x))(x)
+    np.testing.assert_allclose(nested, x @ x + 1.0)
+    with pytest.raises(eqsat.EqsatError, match="out of range"):
+        eqsat.jit(lambda x: x, static_argnums=3)
