@@ -7,6 +7,7 @@ Frontends map framework spellings (``pd.matmul``, jax's ``dot_general``) onto th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from math import prod
@@ -308,6 +309,14 @@ def _numeric(types: Sequence[TensorType], attrs: dict) -> str | None:
     return f"arithmetic on {bad[0]}" if bad else None
 
 
+def _fill_fits(types: Sequence[TensorType], attrs: dict) -> str | None:
+    """An integer or bool full holds an integer value."""
+    value, dtype = attrs["value"], attrs["dtype"]
+    if dtype in FLOAT_DTYPES or (math.isfinite(value) and value == int(value)):
+        return None
+    return f"value {value} does not fit dtype {dtype}"
+
+
 def _one_dtype(types: Sequence[TensorType], attrs: dict) -> str | None:
     return None if len({t.dtype for t in types}) == 1 else "operands of different dtypes"
 
@@ -341,6 +350,7 @@ def _attention(name: str, doc: str, phases: PhasesFn) -> OpDef:
         flops=_attention_flops,
         phases=phases,
         same_dtype=(0, 1, 2, 3),
+        check=_floats,
     )
 
 
@@ -358,6 +368,7 @@ _OPS = [
         "dtype",
         _no_flops,
         view=True,
+        check=_fill_fits,
     ),
     OpDef(
         "matmul",
@@ -512,6 +523,7 @@ _OPS = [
         (_AXIS,),
         flops=_softmax_flops,
         axis_attr="axis",
+        check=_floats,
     ),
 ]
 OPS: dict[str, OpDef] = {op.name: op for op in _OPS}

@@ -18,7 +18,7 @@ import numpy as np
 
 from eqsat.cost import NodeCount
 from eqsat.egraph import Encoding, Serialized, decode, literal, new_egraph
-from eqsat.errors import EqsatError, MiscompileError
+from eqsat.errors import EqsatError, MiscompileError, ShapeError
 from eqsat.extract import greedy_dag
 from eqsat.ir import Program, TensorType, Value
 from eqsat.rules import Rule
@@ -77,6 +77,7 @@ class RuleCheck:
     rule: str
     compared: int
     lhs: list[str]
+    fired: bool = True
 
 
 def compare(a: Any, b: Any, dtype: str, strict: bool = True) -> str | None:
@@ -114,13 +115,18 @@ def _evaluate(program: Program, args: Sequence[Any]) -> tuple[Any, ...]:
     return lower(program)(*args)
 
 
-def check_rule(rule: Rule, seed: int = 0) -> RuleCheck:
-    """Apply ``rule`` to its example and check every resulting term agrees with the LHS numerically.
+def check_rule(rule: Rule, seed: int = 0, dtype: str | None = None) -> RuleCheck:
+    """Apply ``rule`` to its example and check every resulting term agrees with the LHS numerically:
+    on normal inputs, and for an exact rule also on special values (±0, ±inf, NaN, a -inf row), where
+    infs and NaNs must match too. ``dtype`` replaces the example's float32 (tensors and dtype
+    attributes), e.g. with float16 or int32; a rule whose guard excludes it need not fire then.
 
     Raises :class:`MiscompileError` on disagreement and :class:`EqsatError` if the rule does not fire.
     """
     rng = np.random.default_rng(seed)
     bindings = rule.example(rng)
+    if dtype is not None:
+        bindings = {k: _with_dtype(v, dtype) for k, v in bindings.items()}
     program = Program()
     egg: dict[str, str] = {}
     cmds = []
@@ -136,15 +142,23 @@ def check_rule(rule: Rule, seed: int = 0) -> RuleCheck:
         else:
             egg[name] = literal(value)
     leaves = {v.name: v for v in program.inputs if v.name}
-    args = [random_array(v.type, rng) for v in program.inputs]
+    kinds = ("normal", "special") if rule.exact else ("normal",)
+    args = {kind: [random_array(v.type, rng, kind) for v in program.inputs] for kind in kinds}
     instances = list(dict.fromkeys(v.roots for v in rule.variants))
     compared, fired = 0, False
     for roots in instances:
         n, grew = _check_instance(rule, roots, cmds, egg, leaves, program, args, bindings)
         compared, fired = compared + n, fired or grew
-    if not fired:
+    if not fired and dtype is None:
         raise EqsatError(f"rule {rule.name} did not fire on its example {bindings}")
-    return RuleCheck(rule.name, compared, [r for roots in instances for r in roots])
+    return RuleCheck(rule.name, compared, [r for roots in instances for r in roots], fired)
+
+
+def _with_dtype(value: Any, dtype: str) -> Any:
+    """An example binding with float32 replaced by ``dtype`` (tensor types and dtype attributes)."""
+    if isinstance(value, TensorType) and value.dtype == "float32":
+        return TensorType(value.shape, dtype)
+    return dtype if value == "float32" else value
 
 
 def _check_instance(
@@ -154,7 +168,7 @@ def _check_instance(
     egg: dict[str, str],
     leaves: dict[str, Value],
     program: Program,
-    args: list[Any],
+    args: dict[str, list[Any]],
     bindings: dict[str, Any],
 ) -> tuple[int, bool]:
     """Instantiate ``roots`` in one e-graph, apply the rule once, compare every term of each root class.
@@ -170,10 +184,11 @@ def _check_instance(
     if any(before.roots[n] not in before.types for n in names):
         return 0, False  # ill-typed for this example (another variant's rank or dtype): nothing to check
     choose = greedy_dag(before, NodeCount())
-    expected = {
-        n: _evaluate(decode(before, Encoding("", [n], leaves), choose, _shell(program)), args)[0]
-        for n in names
-    }
+    try:
+        lhs = {n: decode(before, Encoding("", [n], leaves), choose, _shell(program)) for n in names}
+    except ShapeError:
+        return 0, False  # the example's dtype does not fit the pattern's ops (exp of integers)
+    expected = {(n, kind): _evaluate(lhs[n], a)[0] for n in names for kind, a in args.items()}
     install(egraph, [rule])
     egraph.parse_and_run_program("(run-schedule (saturate analysis) (run rewrites) (saturate analysis))")
     after = Serialized(egraph.serialize([]).to_json())
@@ -191,13 +206,14 @@ def _check_instance(
                 lambda c, node=node, rc=rc: node if c == rc else best(c),
                 _shell(program),
             )
-            got = _evaluate(rewritten, args)[0]
-            diff = compare(expected[n], got, rewritten.outputs[0].type.dtype)
-            if diff is not None:
-                raise MiscompileError(
-                    f"rule {rule.name}: {pattern} rewrote to\n{rewritten}\nwhich differs: {diff} "
-                    f"(example {bindings})"
-                )
+            for kind, a in args.items():
+                got = _evaluate(rewritten, a)[0]
+                diff = compare(expected[n, kind], got, rewritten.outputs[0].type.dtype, strict=rule.exact)
+                if diff is not None:
+                    raise MiscompileError(
+                        f"rule {rule.name}: {pattern} rewrote to\n{rewritten}\nwhich differs on {kind} "
+                        f"inputs: {diff} (example {bindings})"
+                    )
             compared += 1
     return compared, grew
 

@@ -81,9 +81,10 @@ def test_long_chain_stays_bounded_and_correct():
     for m in mats[1:]:
         out = b.matmul(out, m)
     program = b.build(out)
-    result = eqsat.optimize(program, cost=CPU, limits=Limits(max_nodes=3000, timeout_s=5))
-    validate(program, result.program)
-    assert result.report.saturation.iterations[-1].nodes < 200_000
+    limits = Limits(max_nodes=3000, timeout_s=5)
+    result = eqsat.optimize(program, cost=CPU, limits=limits)
+    validate(program, result.program, rules_fired=sorted(result.report.rules_fired))
+    assert all(it.nodes <= 1.5 * limits.max_nodes for it in result.report.saturation.iterations)
 
 
 def _qkv_program(constant_weights: bool):

@@ -18,6 +18,18 @@ def test_rule_is_numerically_sound(rule, seed):
     assert result.compared >= 1
 
 
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.name)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8"])
+def test_rule_is_sound_in_half_precision_and_integers(rule, dtype):
+    """Where a rule's guard admits the dtype it must hold there too. Exact rules apply in half
+    precision; reassociation and scale composition do not; no scale is ever made for integers."""
+    result = check_rule(rule, seed=3, dtype=dtype)
+    if dtype.startswith(("float16", "bfloat16")):
+        assert result.fired == rule.exact or rule.name not in ("matmul-assoc", "scale-compose")
+    if dtype.startswith("int") and rule.name.startswith("scalar-"):
+        assert not result.fired
+
+
 def test_every_rule_has_a_name_reason_and_theme():
     names = [r.name for r in ALL_RULES]
     assert len(names) == len(set(names))

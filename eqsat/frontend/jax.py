@@ -277,12 +277,19 @@ def _select_n(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
 
 
 def _integer_pow(t: _Tracer, ins: list[Value], *, y: int, **_: Any) -> list[Value]:
+    """x**y for 1 <= y <= 4 as muls in the order XLA computes it (repeated squaring), so the result
+    rounds the same."""
     if not 1 <= y <= 4:
         raise ShapeError("integer_pow outside 1..4")
-    out = ins[0]
-    for _ in range(y - 1):
-        out = t.op("mul", out, ins[0])
-    return [out]
+    base, acc = ins[0], None
+    while y:
+        if y & 1:
+            acc = base if acc is None else t.op("mul", acc, base)
+        y >>= 1
+        if y:
+            base = t.op("mul", base, base)
+    assert acc is not None
+    return [acc]
 
 
 def _dot_general(
