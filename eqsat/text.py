@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from eqsat.errors import ParseError
 
 AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...]
+NULL_VALUE = "<<NULL VALUE>>"  # PIR's absent optional operand
+DYNAMIC = -1  # PIR's dynamic dimension
 
 _LINE = re.compile(
     r"^\s*\((?P<results>[^)]*)\)\s*=\s*\"(?P<name>[^\"]+)\"\s*"
     r"\((?P<operands>[^)]*)\)\s*(?P<attrs>\{.*\})?\s*:\s*(?P<sig>.*)$"
 )
+_REGION_OP = re.compile(r"^\s*\([^)]*\)\s*=\s*\"(?P<name>[^\"]+)\".*\{\s*$")
 _IDENT = re.compile(r"^[A-Za-z_][\w.]*$")
 _VALUE = re.compile(r"^%[\w.]+$")
 _TENSOR = re.compile(r"^(?:\w+\.)?tensor<(?P<body>[^>]*)>$")
@@ -37,6 +40,7 @@ _DTYPES = {
     "ui64": "uint64",
 }
 DTYPE_SHORT = {v: k for k, v in _DTYPES.items()}
+_DTYPES |= {"u8": "uint8", "b": "bool"}  # Paddle 3's spellings, read but not written
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ def parse_scalar(text: str) -> int | float | str:
     text = text.strip()
     if text.startswith('"') and text.endswith('"') and len(text) >= 2:
         return text[1:-1].replace('\\"', '"')
+    if text in ("true", "false"):
+        return int(text == "true")
     try:
         return int(text)
     except ValueError:
@@ -117,8 +123,9 @@ def parse_attrs(text: str | None, line: int) -> dict[str, AttrValue]:
     return attrs
 
 
-def parse_tensor_type(text: str, line: int) -> tuple[tuple[int, ...], str]:
-    """``tensor<4x3xf32>`` (optionally ``pd.``-prefixed) -> ((4, 3), "float32")."""
+def parse_tensor_type(text: str, line: int, dynamic: bool = False) -> tuple[tuple[int, ...], str]:
+    """``tensor<4x3xf32>`` (optionally ``pd.``-prefixed) -> ((4, 3), "float32"); with ``dynamic``,
+    PIR's -1 (a dynamic dim) is kept as ``DYNAMIC``."""
     m = _TENSOR.match(text.strip())
     if not m:
         raise ParseError(f"bad type {text.strip()!r}: expected tensor<dims x dtype>", line=line)
@@ -129,7 +136,7 @@ def parse_tensor_type(text: str, line: int) -> tuple[tuple[int, ...], str]:
         shape = tuple(int(d) for d in dims)
     except ValueError:
         raise ParseError(f"bad dimension in {text.strip()!r}", line=line) from None
-    if any(d < 0 for d in shape):
+    if any(d < 0 and not (dynamic and d == DYNAMIC) for d in shape):
         raise ParseError(f"negative dimension in {text.strip()!r}", line=line)
     return shape, _DTYPES[short]
 
@@ -140,6 +147,8 @@ def format_tensor_type(shape: tuple[int, ...], dtype: str) -> str:
 
 
 def format_attr_value(value: AttrValue) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
     if isinstance(value, tuple):
         return "array[" + ",".join(repr(v) for v in value) + "]"
     if isinstance(value, float):
@@ -156,7 +165,7 @@ def format_attrs(attrs: dict[str, AttrValue]) -> str:
 def _names(text: str, line: int, what: str) -> tuple[str, ...]:
     names = tuple(split_top(text))
     for n in names:
-        if not _VALUE.match(n):
+        if not _VALUE.match(n) and n != NULL_VALUE:
             raise ParseError(f"bad {what} {n!r}: expected %name", line=line)
     return names
 
@@ -165,6 +174,14 @@ def parse_line(text: str, number: int) -> Line:
     """Split one op line; raise :class:`ParseError` naming the line if it does not fit the grammar."""
     m = _LINE.match(text)
     if not m:
+        if _REGION_OP.match(text):
+            name = _REGION_OP.match(text).group("name")  # type: ignore[union-attr]
+            raise ParseError(
+                "an op with regions (control flow) is not supported: rewrite the condition as "
+                "arithmetic or split the program around it",
+                line=number,
+                op=name,
+            )
         raise ParseError(f"unknown syntax: {text.strip()!r}", line=number)
     name = m.group("name")
     sig = m.group("sig")
@@ -194,14 +211,18 @@ def program_lines(text: str) -> list[tuple[int, str]]:
     """The numbered op lines between the outer braces of a dump (blank lines and ``//`` comments out)."""
     lines = []
     opened = closed = False
+    regions = 0  # depth of nested regions ({ ... } else { ... } of a control-flow op)
     for number, raw in enumerate(text.splitlines(), start=1):
         stripped = raw.strip()
         if not stripped or stripped.startswith("//"):
             continue
         if stripped == "{" and not opened:
             opened = True
-        elif stripped == "}" and opened and not closed:
+        elif stripped == "}" and opened and not closed and not regions:
             closed = True
+        elif opened and not closed and (stripped.endswith("{") or stripped.startswith("}")):
+            regions += stripped.endswith("{") - stripped.startswith("}")
+            lines.append((number, stripped))
         elif closed:
             raise ParseError(f"unexpected text after the closing brace: {stripped!r}", line=number)
         elif not opened:

@@ -195,7 +195,7 @@ def programs(draw: Draw, family: str = "float32", max_ops: int = 10) -> Program:
         pool.append(b.input(f"x{i}", shape, dtype))
     n_inputs = len(pool)
     for _ in range(draw(st.integers(1, max_ops))):
-        x = draw(st.sampled_from(pool))
+        x = draw(st.sampled_from([v for v in pool if v.type.rank >= 1]))
         value = MAKERS[draw(st.sampled_from(KINDS))](draw, b, x, pool)
         if value is not None:
             pool.append(value)

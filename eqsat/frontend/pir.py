@@ -17,7 +17,8 @@ Every declared result type is checked against the inferred one; a mismatch names
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from math import prod
 from pathlib import Path
 
@@ -26,7 +27,7 @@ import numpy as np
 from eqsat.errors import ParseError, ShapeError
 from eqsat.ir import Op, Program, TensorType, Value
 from eqsat.ops import OPAQUE
-from eqsat.text import Line, parse_line, parse_tensor_type, program_lines
+from eqsat.text import DYNAMIC, NULL_VALUE, Line, parse_line, parse_tensor_type, program_lines, split_top
 
 _UNARY = {
     "pd.relu": "relu",
@@ -54,9 +55,15 @@ class _Reader:
         self.env: dict[str, Value | list[Value]] = {}
         self.consts: dict[int, np.ndarray] = {}  # id(value) -> known constant contents
         self.int_arrays: dict[str, tuple[int, ...]] = {}  # %name -> contents of pd.full_int_array
+        self.dynamic: set[int] = set()  # ids of opaque results whose declared shape has -1 dims
+        self.read: set[int] = set()  # ids of values some op reads
 
     def tensor(self, line: Line, name: str) -> Value:
         v = self.env.get(name)
+        if id(v) in self.dynamic:
+            raise ParseError(
+                f"{name} has a dynamic shape (-1) that Paddle did not resolve", line=line.number, op=line.name
+            )
         if v is None:
             if name in self.int_arrays:
                 return self.materialize(name)
@@ -75,6 +82,16 @@ class _Reader:
         value = self.program.add_param(f"const{name[1:]}", TensorType(data.shape, "int64"), data)
         self.env[name] = value
         return value
+
+    def shape_operand(self, line: Line, name: str) -> tuple[int, ...]:
+        """A shape operand's contents: a constant's, or where Paddle moved the constant into the
+        params file (``builtin.constant``), the shape the line declares for its result."""
+        if name in self.int_arrays or id(self.env.get(name)) in self.consts:
+            return self.int_array(line, name)
+        shape, _ = _parse_type(line, line.out_types[0]) if line.out_types else ((), "")
+        if not line.out_types or DYNAMIC in shape:
+            return self.int_array(line, name)  # the usual error: not a constant
+        return shape
 
     def int_array(self, line: Line, name: str) -> tuple[int, ...]:
         if name in self.int_arrays:
@@ -156,7 +173,7 @@ def _full_int_array(r: _Reader, line: Line) -> list[Value]:
 def _reshape(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 2)
     x = r.tensor(line, line.operands[0])
-    spec = list(r.int_array(line, line.operands[1]))
+    spec = list(r.shape_operand(line, line.operands[1]))
     if any(d == 0 and i >= x.type.rank for i, d in enumerate(spec)):
         raise ParseError(
             f"reshape target {spec}: 0 (keep the input dim) beyond the input's rank {x.type.rank}",
@@ -177,7 +194,7 @@ def _reshape(r: _Reader, line: Line) -> list[Value]:
 def _expand(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 2)
     x = r.tensor(line, line.operands[0])
-    target = r.int_array(line, line.operands[1])
+    target = r.shape_operand(line, line.operands[1])
     pad = len(target) - x.type.rank
     shape = tuple(x.type.shape[i - pad] if d == -1 and i >= pad else d for i, d in enumerate(target))
     producer = next((op for op in reversed(r.program.ops) if op.outputs[0] is x), None)
@@ -241,10 +258,26 @@ def _concat(r: _Reader, line: Line) -> list[Value]:
     xs = r.env.get(line.operands[0])
     if not isinstance(xs, list):
         raise ParseError(f"{line.operands[0]} must be a builtin.combine list", line=line.number, op=line.name)
-    axes = r.int_array(line, line.operands[1])
+    axes = _concat_axis(r, line, xs)
     if len(axes) != 1:
         raise ParseError(f"concat axis must be one value, got {list(axes)}", line=line.number, op=line.name)
     return [r.add(line, "concat", xs, axis=axes[0])]
+
+
+def _concat_axis(r: _Reader, line: Line, xs: list[Value]) -> tuple[int, ...]:
+    """The concat axis: a constant, or where Paddle moved it into the params file, the one axis along
+    which the declared result is the inputs' sizes added up."""
+    name = line.operands[1]
+    if name in r.int_arrays or id(r.env.get(name)) in r.consts or not line.out_types:
+        return r.int_array(line, name)
+    out, _ = _parse_type(line, line.out_types[0])
+    fits = [
+        a
+        for a in range(len(out))
+        if out[a] == sum(x.type.shape[a] for x in xs)
+        and all(x.type.shape[:a] + x.type.shape[a + 1 :] == out[:a] + out[a + 1 :] for x in xs)
+    ]
+    return tuple(fits) if len(fits) == 1 else r.int_array(line, name)
 
 
 def _data(r: _Reader, line: Line) -> list[Value]:
@@ -259,6 +292,24 @@ def _parameter(r: _Reader, line: Line) -> list[Value]:
     _results(line, 1)
     name = line.attrs.get("parameter_name", line.attrs.get("name", line.results[0][1:]))
     return [r.program.add_param(str(name), _single_type(line))]
+
+
+def _constant(r: _Reader, line: Line) -> list[Value]:
+    """``builtin.constant {value:"name"}``: a weight kept in the params file under that name."""
+    _arity(line, 0)
+    _results(line, 1)
+    return [r.program.add_param(str(_attr(line, "value")), _single_type(line))]
+
+
+def _split_list(r: _Reader, line: Line) -> list[Value]:
+    """``builtin.split``: the elements of a list value."""
+    _arity(line, 1)
+    values = r.env.get(line.operands[0])
+    if not isinstance(values, list) or len(values) != len(line.results):
+        raise ParseError(
+            f"{line.operands[0]} must be a list of {len(line.results)} values", line=line.number, op=line.name
+        )
+    return values
 
 
 def _fetch(r: _Reader, line: Line) -> list[Value]:
@@ -277,12 +328,57 @@ def _binary(r: _Reader, line: Line) -> list[Value]:
     return [r.add(line, _BINARY[line.name], [r.tensor(line, o) for o in line.operands])]
 
 
-def _opaque(r: _Reader, line: Line) -> list[Value]:
-    ins = tuple(r.tensor(line, o) for o in line.operands)
-    outs = tuple(Value(t) for t in _declared(line))
+def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
+    """An op eqsat does not know. Operands that are lists (``builtin.combine``) are flattened and absent
+    ones (``<<NULL VALUE>>``) dropped; ``operands`` records the layout (``t`` a tensor, ``l<n>`` a list
+    of n, ``n`` absent) for its lowering. A ``vec[...]`` result is a list of values."""
+    ins: list[Value] = []
+    layout = []
+    for name in line.operands:
+        value = None if name == NULL_VALUE else r.env.get(name)
+        if isinstance(value, list):
+            ins.extend(value)
+            layout.append(f"l{len(value)}")
+        elif name == NULL_VALUE:
+            layout.append("n")
+        else:
+            ins.append(r.tensor(line, name))
+            layout.append("t")
+    results: list[Value | list[Value]] = []
+    outs: list[Value] = []
+    for text in line.out_types:
+        group = []
+        for t in _types(line, text):
+            shape, dtype = _parse_type(line, t)
+            value = Value(TensorType(tuple(0 if d == DYNAMIC else d for d in shape), dtype))
+            if DYNAMIC in shape:  # e.g. batch_norm's unused saved statistics
+                r.dynamic.add(id(value))
+            group.append(value)
+        outs.extend(group)
+        results.append(group if text.strip().startswith("vec[") else group[0])
     attrs = {"op": line.name, **{k: v for k, v in line.attrs.items() if k not in _IGNORED_ATTRS}}
-    r.program.ops.append(Op(OPAQUE, ins, attrs, outs))
-    return list(outs)
+    if set(layout) != {"t"} and layout:
+        attrs["operands"] = ",".join(layout)
+    r.program.ops.append(Op(OPAQUE, tuple(ins), attrs, tuple(outs)))
+    return results
+
+
+def _types(line: Line, text: str) -> list[str]:
+    """The tensor types in a result type: one, or the elements of ``vec[...]``."""
+    text = text.strip()
+    if text.startswith("vec[") and text.endswith("]"):
+        return split_top(text[4:-1])
+    return [text]
+
+
+def _parse_type(line: Line, text: str) -> tuple[tuple[int, ...], str]:
+    """A declared type, dynamic (-1) dims kept; a value with one is given 0 there and may not be read."""
+    try:
+        shape, dtype = parse_tensor_type(text, line.number, dynamic=True)
+        TensorType(tuple(max(d, 0) for d in shape), dtype)  # validates dims and dtype
+        return shape, dtype
+    except ShapeError as e:
+        raise ParseError(str(e), line=line.number, op=line.name) from None
 
 
 def _declared(line: Line) -> list[TensorType]:
@@ -307,6 +403,9 @@ HANDLERS: dict[str, Handler] = {
     "pd.matmul": _matmul,
     "pd.scale": _scale,
     "builtin.combine": _combine,
+    "builtin.split": _split_list,
+    "builtin.parameter": _parameter,
+    "builtin.constant": _constant,
     "pd.concat": _concat,
     "pd.data": _data,
     "pd.parameter": _parameter,
@@ -317,9 +416,14 @@ HANDLERS: dict[str, Handler] = {
 
 
 def _check_declared(line: Line, results: list[Value]) -> None:
-    declared = _declared(line) if line.name not in ("pd.full_int_array", "builtin.combine") else []
-    for name, got, want in zip(line.results, results, declared, strict=False):
-        if got.type != want:
+    """Each result has its declared type (a dynamic -1 dim matches any size)."""
+    if line.name in ("pd.full_int_array", "builtin.combine", "builtin.split"):
+        return
+    for name, got, text in zip(line.results, results, line.out_types, strict=False):
+        shape, dtype = _parse_type(line, text)
+        dims = zip(shape, got.type.shape, strict=False)
+        want = TensorType(tuple(g if d == DYNAMIC else d for d, g in dims), dtype)
+        if len(shape) != got.type.rank or got.type != want:
             raise ParseError(
                 f"declared type of {name} is {want} but the op gives {got.type}",
                 line=line.number,
@@ -343,25 +447,59 @@ def _check_operands(r: _Reader, line: Line) -> None:
             )
 
 
-def parse_pir(text: str) -> Program:
-    """Parse a Paddle PIR text dump into a ``Program``; errors name the line, the op and the reason."""
+def _canonical(name: str) -> str:
+    """Paddle 3 prints ``pd_op.matmul`` where older dumps print ``pd.matmul``: one spelling here."""
+    return "pd." + name[len("pd_op.") :] if name.startswith("pd_op.") else name
+
+
+def parse_pir(text: str, outputs: Sequence[str] | None = None) -> Program:
+    """Parse a Paddle PIR text dump into a ``Program``; errors name the line, the op and the reason.
+
+    The outputs are the ``pd.fetch``ed values; a program without fetch (``print(main_program)``) has as
+    outputs the values ``outputs`` names (``["%15"]``), or else every value no op reads.
+    """
     r = _Reader()
+    produced: list[tuple[str, Value]] = []
     for number, raw in program_lines(text):
         line = parse_line(raw, number)
         for res in line.results:
             if res in r.env or res in r.int_arrays:
                 raise ParseError(f"value {res} is defined twice", line=number, op=line.name)
         _check_operands(r, line)
+        handler = HANDLERS.get(_canonical(line.name))
         try:
-            results = HANDLERS.get(line.name, _opaque)(r, line)
+            results = handler(r, replace(line, name=_canonical(line.name))) if handler else _opaque(r, line)
         except ShapeError as e:
             raise ParseError(str(e), line=number, op=line.name) from None
-        _check_declared(line, results)
+        if handler:
+            _check_declared(replace(line, name=_canonical(line.name)), results)
+        for name in line.operands:
+            value = r.env.get(name)
+            r.read.update(map(id, value if isinstance(value, list) else [value]))
         for res, value in zip(line.results, results, strict=False):
             r.env[res] = value
+            if isinstance(value, Value) and handler not in (_data, _parameter, _constant):
+                produced.append((res, value))
     if not r.program.outputs:
-        raise ParseError("the program has no pd.fetch: nothing to compute")
+        _outputs_without_fetch(r, produced, outputs)
     return r.program
+
+
+def _outputs_without_fetch(
+    r: _Reader, produced: list[tuple[str, Value]], names: Sequence[str] | None
+) -> None:
+    if names is not None:
+        for name in names:
+            value = r.env.get(name)
+            if not isinstance(value, Value):
+                raise ParseError(f"output {name} is not a tensor value of the program")
+            r.program.add_output(value, name.lstrip("%"))
+        return
+    for name, value in produced:
+        if id(value) not in r.read and id(value) not in r.dynamic:
+            r.program.add_output(value, name.lstrip("%"))
+    if not r.program.outputs:
+        raise ParseError("the program computes nothing: no pd.fetch and every value is read")
 
 
 def load(path: str | Path) -> Program:
@@ -372,4 +510,5 @@ def load(path: str | Path) -> Program:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ParseError(f"{path} is not UTF-8 text (byte {e.start}): not a program dump") from None
-    return parse_pir(text) if '"pd.' in text or '"builtin.' in text else parse_program(text)
+    pir = any(f'"{prefix}' in text for prefix in ("pd.", "pd_op.", "builtin.", "onednn_op."))
+    return parse_pir(text) if pir else parse_program(text)
