@@ -56,7 +56,7 @@ def lower(program: Program) -> Callable[..., tuple[jax.Array, ...]]:
 
     Parameters without a value become trailing arguments, in ``program.params`` order.
     """
-    from . import attention, jax_ops  # noqa: F401  (register the lowerings)
+    from . import attention, jax_ops, paddle  # noqa: F401  (register the lowerings)
 
     ops = program.live_ops()
     bound = {

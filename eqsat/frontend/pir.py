@@ -35,7 +35,6 @@ _UNARY = {
     "pd.log": "log",
     "pd.tanh": "tanh",
     "pd.sigmoid": "sigmoid",
-    "pd.gelu": "gelu",
     "pd.sqrt": "sqrt",
 }
 _BINARY = {
@@ -318,6 +317,25 @@ def _fetch(r: _Reader, line: Line) -> list[Value]:
     return []
 
 
+def _gelu(r: _Reader, line: Line) -> list[Value | list[Value]]:
+    """``approximate:true`` is the tanh form, eqsat's ``gelu``; the exact (erf) form stays opaque and
+    runs as ``jax.nn.gelu(approximate=False)``."""
+    _arity(line, 1)
+    if _flag(line, "approximate", False):
+        return [r.add(line, "gelu", [r.tensor(line, line.operands[0])])]
+    return _opaque(r, replace(line, name="pd_op.gelu"))
+
+
+def _dropout(r: _Reader, line: Line) -> list[Value | list[Value]]:
+    """At inference (``is_test:true``) dropout is the identity; its mask result may not be read."""
+    if not _flag(line, "is_test", False):
+        return _opaque(r, line)
+    x = r.tensor(line, line.operands[0])
+    mask = Value(TensorType(x.type.shape, "uint8"))
+    r.dynamic.add(id(mask))
+    return [x, mask][: len(line.results)]
+
+
 def _unary(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 1)
     return [r.add(line, _UNARY[line.name], [r.tensor(line, line.operands[0])])]
@@ -411,6 +429,8 @@ HANDLERS: dict[str, Handler] = {
     "pd.parameter": _parameter,
     "pd.fetch": _fetch,
     **dict.fromkeys(_UNARY, _unary),
+    "pd.gelu": _gelu,
+    "pd.dropout": _dropout,
     **dict.fromkeys(_BINARY, _binary),
 }
 
@@ -471,7 +491,7 @@ def parse_pir(text: str, outputs: Sequence[str] | None = None) -> Program:
             results = handler(r, replace(line, name=_canonical(line.name))) if handler else _opaque(r, line)
         except ShapeError as e:
             raise ParseError(str(e), line=number, op=line.name) from None
-        if handler:
+        if handler not in (None, _gelu, _dropout):
             _check_declared(replace(line, name=_canonical(line.name)), results)
         for name in line.operands:
             value = r.env.get(name)
