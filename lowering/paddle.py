@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from . import register_opaque
 
@@ -16,3 +17,32 @@ def _gelu(x: jax.Array, *, approximate: int = 0, **_: Any) -> jax.Array:
 
 register_opaque("pd_op.gelu", _gelu)
 register_opaque("pd.gelu", _gelu)
+
+
+def _pow(x: jax.Array, *, y: float, **_: Any) -> jax.Array:
+    return jnp.power(x, jnp.asarray(y, x.dtype))
+
+
+def _layer_norm(
+    x: jax.Array, *params: jax.Array, begin_norm_axis: int, epsilon: float, operands: str = "t,t,t", **_: Any
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``pd_op.layer_norm``: normalized over the dims from ``begin_norm_axis`` on, then scale and bias
+    (each optional: ``<<NULL VALUE>>``); also the mean and variance, flattened as Paddle returns them."""
+    present = iter(params)
+    scale, bias = (next(present) if kind == "t" else None for kind in operands.split(",")[1:3])
+    axes = tuple(range(begin_norm_axis, x.ndim))
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    y = (x - mean) * jax.lax.rsqrt(var + epsilon)
+    norm_shape = x.shape[begin_norm_axis:]
+    if scale is not None:
+        y = y * scale.reshape(norm_shape)
+    if bias is not None:
+        y = y + bias.reshape(norm_shape)
+    lead = x.shape[:begin_norm_axis]
+    return y, mean.reshape(lead), var.reshape(lead)
+
+
+register_opaque("pd_op.pow", _pow)
+register_opaque("pd_op.abs", lambda x, **_: jnp.abs(x))
+register_opaque("pd_op.layer_norm", _layer_norm)

@@ -55,7 +55,10 @@ def _run_against_paddle(name: str, program: eqsat.Program) -> None:
         np.testing.assert_allclose(np.asarray(out), ref[f"out_{i}"], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["layout_chain", "mha_mask", "mha_nomask", "mlp"])
+RUNNABLE = ["encoder_postnorm", "layout_chain", "llama_mlp", "mha_mask", "mha_nomask", "misc_ops", "mlp"]
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
 def test_a_program_runs_and_matches_paddle_before_and_after_optimizing(name):
     program = eqsat.load(DUMPS / f"{name}.pir")
     ref = np.load(REFS / f"{name}.npz")
@@ -66,7 +69,7 @@ def test_a_program_runs_and_matches_paddle_before_and_after_optimizing(name):
     result = eqsat.optimize(program)
     _run_against_paddle(name, result.program)
     counts = result.program.op_counts()
-    if name.startswith("mha"):
+    if name.startswith(("mha", "encoder")):
         assert counts["attention"] + counts.get("flash_attention", 0) == 1
     if name == "mlp":  # the exact GELU stays exact (not the tanh form); linears fused
         assert counts == {"linear": 3, "pd_op.gelu": 1, "softmax": 1}

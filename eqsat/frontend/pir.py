@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from itertools import combinations
 from math import prod
 from pathlib import Path
 
@@ -36,6 +37,7 @@ _UNARY = {
     "pd.tanh": "tanh",
     "pd.sigmoid": "sigmoid",
     "pd.sqrt": "sqrt",
+    "pd.rsqrt": "rsqrt",
 }
 _BINARY = {
     "pd.add": "add",
@@ -43,6 +45,7 @@ _BINARY = {
     "pd.multiply": "mul",
     "pd.divide": "div",
     "pd.maximum": "maximum",
+    "pd.minimum": "minimum",
 }
 _IGNORED_ATTRS = {"place", "stop_gradient", "persistable"}
 _MAX_KEPT_CONSTANT = 4096  # elements of a constant whose contents the reader keeps
@@ -336,6 +339,93 @@ def _dropout(r: _Reader, line: Line) -> list[Value | list[Value]]:
     return [x, mask][: len(line.results)]
 
 
+def _reduction(op: str) -> Handler:
+    """``pd.sum`` / ``pd.mean`` / ``pd.max`` over the axes of a constant operand (none: all axes), as
+    one-axis ``reduce_sum`` / ``reduce_max`` ops; a mean is a sum scaled by 1/n."""
+
+    def handler(r: _Reader, line: Line) -> list[Value]:
+        _arity(line, 2)
+        x = r.tensor(line, line.operands[0])
+        axes = _reduced_axes(r, line, x) or tuple(range(x.type.rank))
+        if any(not -x.type.rank <= a < x.type.rank for a in axes):
+            raise ParseError(
+                f"axes {list(axes)} out of range for rank {x.type.rank}", line=line.number, op=line.name
+            )
+        keep = int(_flag(line, "keepdim", False))
+        out, count = x, 1
+        for axis in sorted({a % x.type.rank for a in axes}, reverse=True):
+            count *= x.type.shape[axis]
+            out = r.add(line, "reduce_max" if op == "max" else "reduce_sum", [out], axis=axis, keepdim=keep)
+        if op == "mean":
+            out = r.add(line, "scale", [out], scale=1.0 / count if count else float("nan"))
+        return [out]
+
+    return handler
+
+
+def _reduced_axes(r: _Reader, line: Line, x: Value) -> tuple[int, ...]:
+    """The axes operand of a reduction; where Paddle moved it into the params file, the axes the
+    declared result shape implies (all of them, if that is ambiguous for the values)."""
+    name = line.operands[1]
+    if name in r.int_arrays or id(r.env.get(name)) in r.consts or not line.out_types:
+        return r.int_array(line, name)
+    out, _ = _parse_type(line, line.out_types[0])
+    dims = x.type.shape
+    if _flag(line, "keepdim", False) and len(out) == len(dims):
+        return tuple(a for a in range(len(dims)) if out[a] == 1)  # reducing a size-1 dim changes nothing
+    kept = [c for c in combinations(range(len(dims)), len(out)) if tuple(dims[a] for a in c) == tuple(out)]
+    if len(kept) != 1:
+        return r.int_array(line, name)  # the usual error: not a constant
+    return tuple(a for a in range(len(dims)) if a not in kept[0])
+
+
+def _square(r: _Reader, line: Line) -> list[Value | list[Value]]:
+    """``pd.square`` and ``pd.pow {y:2}`` are x * x; other powers stay opaque."""
+    _arity(line, 1)
+    if line.name == "pd.pow" and line.attrs.get("y") != 2:
+        return _opaque(r, replace(line, name="pd_op.pow"))
+    x = r.tensor(line, line.operands[0])
+    return [r.add(line, "mul", [x, x])]
+
+
+def _silu(r: _Reader, line: Line) -> list[Value]:
+    _arity(line, 1)
+    x = r.tensor(line, line.operands[0])
+    return [r.add(line, "mul", [x, r.add(line, "sigmoid", [x])])]
+
+
+def _to_declared_shape(r: _Reader, line: Line) -> list[Value]:
+    """``pd.squeeze`` / ``pd.unsqueeze``: a reshape to the declared result shape."""
+    x = r.tensor(line, line.operands[0])
+    shape, _ = _parse_type(line, line.out_types[0]) if line.out_types else ((DYNAMIC,), "")
+    if DYNAMIC in shape:
+        raise ParseError("the result shape is dynamic (-1)", line=line.number, op=line.name)
+    return [r.add(line, "reshape", [x], shape=shape)]
+
+
+def _split_with_num(r: _Reader, line: Line) -> list[Value | list[Value]]:
+    """``pd.split_with_num {num}`` along a constant axis: a list of ``split`` parts."""
+    _arity(line, 2)
+    x = r.tensor(line, line.operands[0])
+    num = line.attrs.get("num")
+    name = line.operands[1]
+    if name in r.int_arrays or id(r.env.get(name)) in r.consts or not line.out_types:
+        (axis,) = r.int_array(line, name)[:1] or (0,)
+    else:  # the axis moved into the params file: where the declared parts are 1/num of x
+        part, _ = _parse_type(line, _types(line, line.out_types[0])[0])
+        fits = [a for a, (p, d) in enumerate(zip(part, x.type.shape, strict=False)) if p != d]
+        (axis,) = fits if len(fits) == 1 else r.int_array(line, name)[:1]
+    if not isinstance(num, int) or num <= 0 or not -x.type.rank <= axis < x.type.rank:
+        raise ParseError(f"split of {x.type} into {num!r} along {axis}", line=line.number, op=line.name)
+    axis %= x.type.rank
+    if x.type.shape[axis] % num:
+        raise ParseError(
+            f"dim {x.type.shape[axis]} does not split into {num}", line=line.number, op=line.name
+        )
+    sizes = (x.type.shape[axis] // num,) * num
+    return [[r.add(line, "split", [x], axis=axis, sizes=sizes, index=i) for i in range(num)]]
+
+
 def _unary(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 1)
     return [r.add(line, _UNARY[line.name], [r.tensor(line, line.operands[0])])]
@@ -431,6 +521,15 @@ HANDLERS: dict[str, Handler] = {
     **dict.fromkeys(_UNARY, _unary),
     "pd.gelu": _gelu,
     "pd.dropout": _dropout,
+    "pd.sum": _reduction("sum"),
+    "pd.mean": _reduction("mean"),
+    "pd.max": _reduction("max"),
+    "pd.square": _square,
+    "pd.pow": _square,
+    "pd.silu": _silu,
+    "pd.squeeze": _to_declared_shape,
+    "pd.unsqueeze": _to_declared_shape,
+    "pd.split_with_num": _split_with_num,
     **dict.fromkeys(_BINARY, _binary),
 }
 
@@ -491,7 +590,7 @@ def parse_pir(text: str, outputs: Sequence[str] | None = None) -> Program:
             results = handler(r, replace(line, name=_canonical(line.name))) if handler else _opaque(r, line)
         except ShapeError as e:
             raise ParseError(str(e), line=number, op=line.name) from None
-        if handler not in (None, _gelu, _dropout):
+        if handler not in (None, _gelu, _dropout, _square, _split_with_num):
             _check_declared(replace(line, name=_canonical(line.name)), results)
         for name in line.operands:
             value = r.env.get(name)
