@@ -50,7 +50,7 @@ class _Progress:
 def _optimize(args: argparse.Namespace) -> int:
     import eqsat
 
-    program = eqsat.load(args.file)
+    program = eqsat.load(args.file, params=args.params)
     rules = args.rules.split(",") if args.rules else None
     progress = _Progress(args.max_iterations, args.verbose)
     try:
@@ -143,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         "optimize", help="optimize a program (PIR dump or eqsat text) and print before/after"
     )
     opt.add_argument("file", help="a .pir dump or eqsat text file")
+    opt.add_argument("--params", help="the weights: Paddle's .pdiparams saved with the model, or an .npz")
     opt.add_argument("--rules", help="comma-separated themes or rule names (default: all)")
     opt.add_argument(
         "--cost",

@@ -73,3 +73,28 @@ def test_a_program_runs_and_matches_paddle_before_and_after_optimizing(name):
         assert counts["attention"] + counts.get("flash_attention", 0) == 1
     if name == "mlp":  # the exact GELU stays exact (not the tanh form); linears fused
         assert counts == {"linear": 3, "pd_op.gelu": 1, "softmax": 1}
+
+
+MODELS = DUMPS.parent / "models"
+
+
+@pytest.mark.parametrize("name", [p.stem for p in sorted(MODELS.glob("*.pdiparams"))])
+def test_pdiparams_weights_are_read_without_paddle(name):
+    program = eqsat.load(DUMPS / f"{name}.pir", params=MODELS / f"{name}.pdiparams")
+    ref = np.load(REFS / f"{name}.npz")
+    for p in program.params:
+        if f"param_{p.name}" in ref:
+            np.testing.assert_array_equal(program.param_values[p.name], ref[f"param_{p.name}"])
+    if name != "conv_bn_relu":
+        _run_against_paddle(name, program)
+
+
+def test_wrong_weights_are_a_clear_error(tmp_path):
+    with pytest.raises(ParseError, match="holds 6 tensors but the program has 4"):
+        eqsat.load(DUMPS / "llama_mlp.pir", params=MODELS / "mlp.pdiparams")
+    bad = tmp_path / "bad.pdiparams"
+    bad.write_bytes((MODELS / "mlp.pdiparams").read_bytes()[:100])
+    with pytest.raises(ParseError, match=r"not a Paddle \.pdiparams file"):
+        eqsat.load(DUMPS / "mlp.pir", params=bad)
+    with pytest.raises(ParseError, match=r"parameter linear_20\.b_0"):
+        eqsat.load(DUMPS / "mlp.pir", params={"linear_20.b_0": np.zeros(3, np.float32)})

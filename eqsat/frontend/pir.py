@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from eqsat.errors import ParseError, ShapeError
+from eqsat.frontend.paddle_params import Params, bind_params
 from eqsat.ir import Op, Program, TensorType, Value
 from eqsat.ops import OPAQUE
 from eqsat.text import DYNAMIC, NULL_VALUE, Line, parse_line, parse_tensor_type, program_lines, split_top
@@ -621,8 +622,12 @@ def _outputs_without_fetch(
         raise ParseError("the program computes nothing: no pd.fetch and every value is read")
 
 
-def load(path: str | Path) -> Program:
-    """Load a program from a file: a PIR dump (``pd.*`` ops) or eqsat's own text form."""
+def load(path: str | Path, params: Params | None = None) -> Program:
+    """Load a program from a file: a PIR dump (``pd.*`` / ``pd_op.*`` ops) or eqsat's own text form.
+
+    ``params``: the weights — Paddle's ``.pdiparams`` file saved with the model (read without Paddle),
+    an ``.npz`` file or a dict of arrays by parameter name; they become the parameters' values.
+    """
     from eqsat.ir import parse_program
 
     try:
@@ -630,4 +635,7 @@ def load(path: str | Path) -> Program:
     except UnicodeDecodeError as e:
         raise ParseError(f"{path} is not UTF-8 text (byte {e.start}): not a program dump") from None
     pir = any(f'"{prefix}' in text for prefix in ("pd.", "pd_op.", "builtin.", "onednn_op."))
-    return parse_pir(text) if pir else parse_program(text)
+    program = parse_pir(text) if pir else parse_program(text)
+    if params is not None:
+        bind_params(program, params)
+    return program
