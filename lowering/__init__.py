@@ -35,6 +35,13 @@ def register_opaque(op_name: str, fn: Lowering) -> None:
     OPAQUE_LOWERINGS[op_name] = fn
 
 
+def opaque_lowering(name: str) -> Lowering | None:
+    """The registered JAX meaning of opaque op ``name`` (Paddle's included), or None."""
+    from . import paddle  # noqa: F401  (register Paddle's ops)
+
+    return OPAQUE_LOWERINGS.get(name)
+
+
 def _run_opaque(op: Op, args: list[Any]) -> tuple[Any, ...]:
     if op.payload is not None:
         outs = op.payload(*args)

@@ -98,3 +98,14 @@ def test_wrong_weights_are_a_clear_error(tmp_path):
         eqsat.load(DUMPS / "mlp.pir", params=bad)
     with pytest.raises(ParseError, match=r"parameter linear_20\.b_0"):
         eqsat.load(DUMPS / "mlp.pir", params={"linear_20.b_0": np.zeros(3, np.float32)})
+
+
+def test_dynamic_dims_are_bound_by_the_user():
+    text = (DUMPS / "mlp.pir").read_text().replace("shape:[8,32]", "shape:[-1,32]")
+    text = text.replace("tensor<8x", "tensor<-1x")
+    with pytest.raises(ParseError, match=r"bind its dynamic \(-1\) dims with shapes=\{'x'"):
+        eqsat.parse_pir(text)
+    program = eqsat.parse_pir(text, shapes={"x": (3, 32)})
+    assert program.inputs[0].type.shape == (3, 32) and program.outputs[0].type.shape == (3, 10)
+    with pytest.raises(ParseError, match="does not fit"):
+        eqsat.parse_pir(text, shapes={"x": (3, 31)})

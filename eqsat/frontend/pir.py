@@ -17,7 +17,7 @@ Every declared result type is checked against the inferred one; a mismatch names
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from itertools import combinations
 from math import prod
@@ -53,8 +53,9 @@ _MAX_KEPT_CONSTANT = 4096  # elements of a constant whose contents the reader ke
 
 
 class _Reader:
-    def __init__(self) -> None:
+    def __init__(self, shapes: Mapping[str, Sequence[int]] | None = None) -> None:
         self.program = Program()
+        self.shapes = dict(shapes or {})  # input name -> concrete shape for its dynamic (-1) dims
         self.env: dict[str, Value | list[Value]] = {}
         self.consts: dict[int, np.ndarray] = {}  # id(value) -> known constant contents
         self.int_arrays: dict[str, tuple[int, ...]] = {}  # %name -> contents of pd.full_int_array
@@ -284,10 +285,27 @@ def _concat_axis(r: _Reader, line: Line, xs: list[Value]) -> tuple[int, ...]:
 
 
 def _data(r: _Reader, line: Line) -> list[Value]:
+    """An input; its dynamic (-1) dims take the sizes the user binds (``shapes={"x": (8, 32)}``)."""
     _arity(line, 0)
     _results(line, 1)
-    t = _single_type(line)
-    return [r.program.add_input(str(line.attrs.get("name", line.results[0][1:])), t)]
+    name = str(line.attrs.get("name", line.results[0][1:]))
+    if len(line.out_types) != 1:
+        raise ParseError(f"needs one result type, got {len(line.out_types)}", line=line.number, op=line.name)
+    declared, dtype = _parse_type(line, line.out_types[0])
+    shape = tuple(r.shapes.get(name, declared))
+    if DYNAMIC in shape:
+        reason = f"input {name!r} is declared {list(declared)}: bind its dynamic (-1) dims with "
+        reason += f"shapes={{{name!r}: ...}}"
+        raise ParseError(reason, line=line.number, op=line.name)
+    if len(shape) != len(declared) or any(
+        d not in (DYNAMIC, s) for d, s in zip(declared, shape, strict=False)
+    ):
+        reason = f"shapes[{name!r}] = {shape} does not fit the declared {list(declared)}"
+        raise ParseError(reason, line=line.number, op=line.name)
+    try:
+        return [r.program.add_input(name, TensorType(shape, dtype))]
+    except ShapeError as e:
+        raise ParseError(str(e), line=line.number, op=line.name) from None
 
 
 def _parameter(r: _Reader, line: Line) -> list[Value]:
@@ -455,21 +473,46 @@ def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
             layout.append("t")
     results: list[Value | list[Value]] = []
     outs: list[Value] = []
+    attrs = {"op": line.name, **{k: v for k, v in line.attrs.items() if k not in _IGNORED_ATTRS}}
+    if set(layout) != {"t"} and layout:
+        attrs["operands"] = ",".join(layout)
+    inferred = _inferred_shapes(line, ins, attrs)
     for text in line.out_types:
         group = []
         for t in _types(line, text):
             shape, dtype = _parse_type(line, t)
+            known = inferred.pop(0) if inferred else None
+            if DYNAMIC in shape and known is not None and len(known) == len(shape):
+                shape = tuple(k if d == DYNAMIC else d for d, k in zip(shape, known, strict=True))
             value = Value(TensorType(tuple(0 if d == DYNAMIC else d for d in shape), dtype))
             if DYNAMIC in shape:  # e.g. batch_norm's unused saved statistics
                 r.dynamic.add(id(value))
             group.append(value)
         outs.extend(group)
         results.append(group if text.strip().startswith("vec[") else group[0])
-    attrs = {"op": line.name, **{k: v for k, v in line.attrs.items() if k not in _IGNORED_ATTRS}}
-    if set(layout) != {"t"} and layout:
-        attrs["operands"] = ",".join(layout)
     r.program.ops.append(Op(OPAQUE, tuple(ins), attrs, tuple(outs)))
     return results
+
+
+def _inferred_shapes(line: Line, ins: list[Value], attrs: dict) -> list[tuple[int, ...]]:
+    """The result shapes of an opaque op with a registered JAX meaning, where the dump declares dynamic
+    (-1) dims: found by tracing that meaning on the inputs' shapes (``jax.eval_shape``)."""
+    if not any("-1" in t for t in line.out_types):
+        return []
+    import jax
+
+    from eqsat.lowering import opaque_lowering
+
+    fn = opaque_lowering(line.name)
+    if fn is None:
+        return []
+    specs = [jax.ShapeDtypeStruct(v.type.shape, v.type.dtype) for v in ins]
+    kwargs = {k: v for k, v in attrs.items() if k != "op"}
+    try:
+        outs = jax.eval_shape(lambda *xs: fn(*xs, **kwargs), *specs)
+    except Exception:  # the meaning does not apply to these inputs: the dims stay dynamic
+        return []
+    return [tuple(o.shape) for o in (outs if isinstance(outs, tuple | list) else [outs])]
 
 
 def _types(line: Line, text: str) -> list[str]:
@@ -572,13 +615,16 @@ def _canonical(name: str) -> str:
     return "pd." + name[len("pd_op.") :] if name.startswith("pd_op.") else name
 
 
-def parse_pir(text: str, outputs: Sequence[str] | None = None) -> Program:
+def parse_pir(
+    text: str, outputs: Sequence[str] | None = None, shapes: Mapping[str, Sequence[int]] | None = None
+) -> Program:
     """Parse a Paddle PIR text dump into a ``Program``; errors name the line, the op and the reason.
 
     The outputs are the ``pd.fetch``ed values; a program without fetch (``print(main_program)``) has as
-    outputs the values ``outputs`` names (``["%15"]``), or else every value no op reads.
+    outputs the values ``outputs`` names (``["%15"]``), or else every value no op reads. ``shapes`` binds
+    the dynamic (-1) dims of inputs by name: eqsat optimizes for static shapes.
     """
-    r = _Reader()
+    r = _Reader(shapes)
     produced: list[tuple[str, Value]] = []
     for number, raw in program_lines(text):
         line = parse_line(raw, number)
@@ -622,11 +668,14 @@ def _outputs_without_fetch(
         raise ParseError("the program computes nothing: no pd.fetch and every value is read")
 
 
-def load(path: str | Path, params: Params | None = None) -> Program:
+def load(
+    path: str | Path, params: Params | None = None, shapes: Mapping[str, Sequence[int]] | None = None
+) -> Program:
     """Load a program from a file: a PIR dump (``pd.*`` / ``pd_op.*`` ops) or eqsat's own text form.
 
     ``params``: the weights — Paddle's ``.pdiparams`` file saved with the model (read without Paddle),
     an ``.npz`` file or a dict of arrays by parameter name; they become the parameters' values.
+    ``shapes`` binds inputs' dynamic (-1) dims by input name (``{"x": (8, 32)}``).
     """
     from eqsat.ir import parse_program
 
@@ -635,7 +684,7 @@ def load(path: str | Path, params: Params | None = None) -> Program:
     except UnicodeDecodeError as e:
         raise ParseError(f"{path} is not UTF-8 text (byte {e.start}): not a program dump") from None
     pir = any(f'"{prefix}' in text for prefix in ("pd.", "pd_op.", "builtin.", "onednn_op."))
-    program = parse_pir(text) if pir else parse_program(text)
+    program = parse_pir(text, shapes=shapes) if pir else parse_program(text)
     if params is not None:
         bind_params(program, params)
     return program
