@@ -43,6 +43,31 @@ def _layer_norm(
     return y, mean.reshape(lead), var.reshape(lead)
 
 
+def _fused_bias_residual_layernorm(
+    x: jax.Array,
+    *tensors: jax.Array,
+    begin_norm_axis: int,
+    epsilon: float,
+    residual_alpha: float = 1.0,
+    operands: str = "t,t,t,t,t",
+    **_: Any,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """``pd_op.fused_bias_residual_layernorm(x, bias, residual, scale, norm_bias)``: the layer norm of
+    ``x + bias + residual_alpha * residual``; also that sum, and the mean and variance (flattened)."""
+    present = iter(tensors)
+    bias, residual, scale, norm_bias = (next(present) if k == "t" else None for k in operands.split(",")[1:5])
+    total = x if bias is None else x + bias
+    if residual is not None:
+        total = total + jnp.asarray(residual_alpha, x.dtype) * residual
+    kinds = ",".join(["t", "t" if scale is not None else "n", "t" if norm_bias is not None else "n"])
+    params = [t for t in (scale, norm_bias) if t is not None]
+    y, mean, var = _layer_norm(
+        total, *params, begin_norm_axis=begin_norm_axis, epsilon=epsilon, operands=kinds
+    )
+    return y, total, mean.reshape(-1), var.reshape(-1)
+
+
 register_opaque("pd_op.pow", _pow)
+register_opaque("pd_op.fused_bias_residual_layernorm", _fused_bias_residual_layernorm)
 register_opaque("pd_op.abs", lambda x, **_: jnp.abs(x))
 register_opaque("pd_op.layer_norm", _layer_norm)

@@ -445,6 +445,50 @@ def _split_with_num(r: _Reader, line: Line) -> list[Value | list[Value]]:
     return [[r.add(line, "split", [x], axis=axis, sizes=sizes, index=i) for i in range(num)]]
 
 
+def _fc(r: _Reader, line: Line) -> list[Value | list[Value]]:
+    """``pd.fc`` (Paddle's fused matmul + bias + activation) over the last dim is a ``linear``."""
+    x, w, b = (r.tensor(line, o) for o in line.operands[:3]) if len(line.operands) == 3 else (None,) * 3
+    act = {"": "none", "relu": "relu"}.get(str(line.attrs.get("activation_type", "")))
+    if x is None or act is None or line.attrs.get("in_num_col_dims") != x.type.rank - 1:
+        return _opaque(r, line)
+    return [r.add(line, "linear", [x, w, b], act=act)]
+
+
+def _multihead_matmul(r: _Reader, line: Line) -> list[Value | list[Value]]:
+    """``pd.multihead_matmul`` (Paddle's fused attention block: x (B, S, D), packed weights (D, 3, N),
+    bias (3, N), optional mask) as the canonical ops it stands for: one Q/K/V linear, heads split and
+    laid out (B, H, S, N/H), ``attention`` scaled by alpha, heads merged back."""
+    x, w, b = (r.tensor(line, o) for o in line.operands[:3])
+    heads, alpha = line.attrs.get("head_number"), line.attrs.get("alpha")
+    plain = (
+        not line.attrs.get("transpose_q")
+        and line.attrs.get("transpose_k")
+        and not line.attrs.get("transpose_v")
+    )
+    if not (isinstance(heads, int) and isinstance(alpha, int | float) and plain and x.type.rank == 3):
+        return _opaque(r, line)
+    (batch, seq, dim), n = x.type.shape, w.type.shape[-1]
+    qkv = r.add(
+        line,
+        "linear",
+        [x, r.add(line, "reshape", [w], shape=(dim, 3 * n)), r.add(line, "reshape", [b], shape=(3 * n,))],
+    )
+    parts = []
+    for i in range(3):
+        part = r.add(line, "split", [qkv], axis=2, sizes=(n, n, n), index=i)
+        part = r.add(line, "reshape", [part], shape=(batch, seq, heads, n // heads))
+        parts.append(r.add(line, "transpose", [part], perm=(0, 2, 1, 3)))
+    mask_name = line.operands[3] if len(line.operands) > 3 else NULL_VALUE
+    mask = (
+        r.add(line, "full", [], shape=(), value=0.0, dtype=x.type.dtype)
+        if mask_name == NULL_VALUE
+        else r.tensor(line, mask_name)
+    )
+    out = r.add(line, "attention", [*parts, mask], scale=float(alpha))
+    out = r.add(line, "transpose", [out], perm=(0, 2, 1, 3))
+    return [r.add(line, "reshape", [out], shape=(batch, seq, n))]
+
+
 def _unary(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 1)
     return [r.add(line, _UNARY[line.name], [r.tensor(line, line.operands[0])])]
@@ -574,6 +618,8 @@ HANDLERS: dict[str, Handler] = {
     "pd.squeeze": _to_declared_shape,
     "pd.unsqueeze": _to_declared_shape,
     "pd.split_with_num": _split_with_num,
+    "pd.fc": _fc,
+    "pd.multihead_matmul": _multihead_matmul,
     **dict.fromkeys(_BINARY, _binary),
 }
 
@@ -637,7 +683,7 @@ def parse_pir(
             results = handler(r, replace(line, name=_canonical(line.name))) if handler else _opaque(r, line)
         except ShapeError as e:
             raise ParseError(str(e), line=number, op=line.name) from None
-        if handler not in (None, _gelu, _dropout, _square, _split_with_num):
+        if handler not in (None, _gelu, _dropout, _square, _split_with_num, _fc, _multihead_matmul):
             _check_declared(replace(line, name=_canonical(line.name)), results)
         for name in line.operands:
             value = r.env.get(name)
