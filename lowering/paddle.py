@@ -67,6 +67,70 @@ def _fused_bias_residual_layernorm(
     return y, total, mean.reshape(-1), var.reshape(-1)
 
 
+def _conv2d(
+    x: jax.Array,
+    w: jax.Array,
+    *,
+    strides: tuple[int, ...],
+    paddings: tuple[int, ...],
+    dilations: tuple[int, ...],
+    groups: int,
+    data_format: str = "NCHW",
+    padding_algorithm: str = "EXPLICIT",
+    **_: Any,
+) -> jax.Array:
+    """``pd_op.conv2d`` (filters OIHW; paddings [h, w] or [top, bottom, left, right])."""
+    if padding_algorithm in ("SAME", "VALID"):
+        padding: Any = padding_algorithm
+    elif len(paddings) == 2:
+        padding = [(paddings[0], paddings[0]), (paddings[1], paddings[1])]
+    else:
+        padding = [(paddings[0], paddings[1]), (paddings[2], paddings[3])]
+    layout = (data_format, "OIHW", data_format)
+    return jax.lax.conv_general_dilated(
+        x, w, strides, padding, rhs_dilation=dilations, dimension_numbers=layout, feature_group_count=groups
+    )
+
+
+def _fused_conv2d_add_act(
+    x: jax.Array, w: jax.Array, *tensors: jax.Array, activation: str, operands: str = "t,t,t,t", **attrs: Any
+) -> tuple[jax.Array]:
+    """``pd_op.fused_conv2d_add_act(x, filter, bias, residual)``: act(conv + bias + residual)."""
+    present = iter(tensors)
+    bias, residual = (next(present) if k == "t" else None for k in operands.split(",")[2:4])
+    out = _conv2d(x, w, **attrs)
+    out = out if bias is None else out + bias
+    out = out if residual is None else out + residual
+    acts = {"identity": lambda v: v, "relu": jax.nn.relu}
+    return (acts[activation](out),)
+
+
+def _batch_norm(
+    x: jax.Array,
+    mean: jax.Array,
+    variance: jax.Array,
+    scale: jax.Array,
+    bias: jax.Array,
+    *,
+    epsilon: float,
+    is_test: int,
+    data_format: str = "NCHW",
+    **_: Any,
+) -> tuple[jax.Array, ...]:
+    """``pd_op.batch_norm_`` in inference form (``is_test``): the running statistics normalize x."""
+    if not is_test:
+        raise NotImplementedError("batch_norm_ in training mode (batch statistics) has no JAX meaning here")
+    channel = 1 if data_format == "NCHW" else x.ndim - 1
+    shape = [1] * x.ndim
+    shape[channel] = x.shape[channel]
+    inv = jax.lax.rsqrt(variance + jnp.asarray(epsilon, variance.dtype)) * scale
+    out = (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
+    return out, mean, variance, mean, variance, jnp.zeros((0,), jnp.uint8)
+
+
+register_opaque("pd_op.conv2d", _conv2d)
+register_opaque("pd_op.fused_conv2d_add_act", _fused_conv2d_add_act)
+register_opaque("pd_op.batch_norm_", _batch_norm)
 register_opaque("pd_op.pow", _pow)
 register_opaque("pd_op.fused_bias_residual_layernorm", _fused_bias_residual_layernorm)
 register_opaque("pd_op.abs", lambda x, **_: jnp.abs(x))

@@ -63,7 +63,16 @@ def _run_against_paddle(name: str, program: eqsat.Program) -> None:
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
 
 
-RUNNABLE = ["encoder_postnorm", "layout_chain", "llama_mlp", "mha_mask", "mha_nomask", "misc_ops", "mlp"]
+RUNNABLE = [
+    "conv_bn_relu",
+    "encoder_postnorm",
+    "layout_chain",
+    "llama_mlp",
+    "mha_mask",
+    "mha_nomask",
+    "misc_ops",
+    "mlp",
+]
 
 
 @pytest.mark.parametrize("form", ["", ".train", ".passes"])
@@ -95,8 +104,7 @@ def test_pdiparams_weights_are_read_without_paddle(name):
     for p in program.params:
         if f"param_{p.name}" in ref:
             np.testing.assert_array_equal(program.param_values[p.name], ref[f"param_{p.name}"])
-    if name != "conv_bn_relu":
-        _run_against_paddle(name, program)
+    _run_against_paddle(name, program)
 
 
 def test_wrong_weights_are_a_clear_error(tmp_path):
