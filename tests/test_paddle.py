@@ -127,3 +127,26 @@ def test_dynamic_dims_are_bound_by_the_user():
     assert program.inputs[0].type.shape == (3, 32) and program.outputs[0].type.shape == (3, 10)
     with pytest.raises(ParseError, match="does not fit"):
         eqsat.parse_pir(text, shapes={"x": (3, 31)})
+
+
+@pytest.mark.parametrize("name", [p.stem for p in sorted(MODELS.glob("*.json")) if p.stem != "cond_block"])
+def test_the_saved_model_runs_without_paddle(name):
+    """``model.json`` (the program Paddle 3 saves) and ``model.pdiparams`` (its weights)."""
+    weights = MODELS / f"{name}.pdiparams"
+    program = eqsat.load(MODELS / f"{name}.json", params=weights if weights.exists() else None)
+    _run_against_paddle(name, program)
+    _run_against_paddle(name, eqsat.optimize(program).program)
+
+
+def test_malformed_json_programs_are_parse_errors(tmp_path):
+    path = tmp_path / "m.json"
+    for text in (
+        "{",
+        '{"program": {}}',
+        '{"program": {"regions": [{"blocks": [{"ops": [{"#": "1.relu"}]}]}]}}',
+    ):
+        path.write_text(text)
+        with pytest.raises(ParseError):
+            eqsat.load(path)
+    with pytest.raises(ParseError, match=r"pd_op\.if: an op with regions"):
+        eqsat.load(MODELS / "cond_block.json")

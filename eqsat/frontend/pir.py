@@ -17,7 +17,7 @@ Every declared result type is checked against the inferred one; a mismatch names
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import combinations
 from math import prod
@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from eqsat.errors import ParseError, ShapeError
+from eqsat.frontend.paddle_json import json_lines
 from eqsat.frontend.paddle_params import Params, bind_params
 from eqsat.ir import Op, Program, TensorType, Value
 from eqsat.ops import OPAQUE
@@ -670,10 +671,20 @@ def parse_pir(
     outputs the values ``outputs`` names (``["%15"]``), or else every value no op reads. ``shapes`` binds
     the dynamic (-1) dims of inputs by name: eqsat optimizes for static shapes.
     """
+    lines = (parse_line(raw, number) for number, raw in program_lines(text))
+    return read_lines(lines, outputs, shapes)
+
+
+def read_lines(
+    lines: Iterable[Line],
+    outputs: Sequence[str] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> Program:
+    """The Program of PIR op lines, however they were written (text dump or saved JSON)."""
     r = _Reader(shapes)
     produced: list[tuple[str, Value]] = []
-    for number, raw in program_lines(text):
-        line = parse_line(raw, number)
+    for line in lines:
+        number = line.number
         for res in line.results:
             if res in r.env or res in r.int_arrays:
                 raise ParseError(f"value {res} is defined twice", line=number, op=line.name)
@@ -717,7 +728,8 @@ def _outputs_without_fetch(
 def load(
     path: str | Path, params: Params | None = None, shapes: Mapping[str, Sequence[int]] | None = None
 ) -> Program:
-    """Load a program from a file: a PIR dump (``pd.*`` / ``pd_op.*`` ops) or eqsat's own text form.
+    """Load a program from a file: a PIR dump (``pd.*`` / ``pd_op.*`` ops), Paddle 3's saved program
+    (``model.json``), or eqsat's own text form.
 
     ``params``: the weights — Paddle's ``.pdiparams`` file saved with the model (read without Paddle),
     an ``.npz`` file or a dict of arrays by parameter name; they become the parameters' values.
@@ -730,7 +742,10 @@ def load(
     except UnicodeDecodeError as e:
         raise ParseError(f"{path} is not UTF-8 text (byte {e.start}): not a program dump") from None
     pir = any(f'"{prefix}' in text for prefix in ("pd.", "pd_op.", "builtin.", "onednn_op."))
-    program = parse_pir(text, shapes=shapes) if pir else parse_program(text)
+    if str(path).endswith(".json"):
+        program = read_lines(json_lines(text), shapes=shapes)
+    else:
+        program = parse_pir(text, shapes=shapes) if pir else parse_program(text)
     if params is not None:
         bind_params(program, params)
     return program
