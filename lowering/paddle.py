@@ -6,6 +6,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import register_opaque
 
@@ -135,3 +136,72 @@ register_opaque("pd_op.pow", _pow)
 register_opaque("pd_op.fused_bias_residual_layernorm", _fused_bias_residual_layernorm)
 register_opaque("pd_op.abs", lambda x, **_: jnp.abs(x))
 register_opaque("pd_op.layer_norm", _layer_norm)
+
+
+def _slice(
+    x: jax.Array,
+    starts: Any,
+    ends: Any,
+    *,
+    axes: tuple[int, ...],
+    decrease_axis: tuple[int, ...] = (),
+    **_: Any,
+) -> jax.Array:
+    """``pd_op.slice``: starts and ends (constants) along axes; ``decrease_axis`` dims dropped."""
+    index = [slice(None)] * x.ndim
+    for axis, start, end in zip(axes, np.asarray(starts).ravel(), np.asarray(ends).ravel(), strict=True):
+        index[axis] = slice(int(start), int(end))
+    out = x[tuple(index)]
+    return jnp.squeeze(out, axis=tuple(decrease_axis)) if decrease_axis else out
+
+
+def _split(x: jax.Array, sections: Any, axis: Any, **_: Any) -> tuple[jax.Array, ...]:
+    """``pd_op.split``: sizes along an axis (one size may be -1: the rest)."""
+    sizes = [int(s) for s in np.asarray(sections).ravel()]
+    axis = int(np.asarray(axis).ravel()[0]) % x.ndim
+    if -1 in sizes:
+        sizes[sizes.index(-1)] = x.shape[axis] - (sum(sizes) + 1)
+    return tuple(jnp.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis))
+
+
+def _embedding(ids: jax.Array, weight: jax.Array, *, padding_idx: int = -1, **_: Any) -> jax.Array:
+    """``pd_op.embedding``: rows of weight; the row ``padding_idx`` reads as zeros."""
+    out = jnp.take(weight, ids, axis=0)
+    if padding_idx >= 0:
+        out = jnp.where((ids == padding_idx)[..., None], jnp.zeros((), weight.dtype), out)
+    return out
+
+
+def _swiglu(x: jax.Array, *rest: jax.Array, operands: str = "t,t", **_: Any) -> jax.Array:
+    """``pd_op.swiglu``: silu(x) * y, or with y absent, of x's two halves along the last dim."""
+    y = rest[0] if rest else None
+    if y is None:
+        x, y = jnp.split(x, 2, axis=-1)
+    return jax.nn.silu(x) * y
+
+
+_ELEMENTWISE = {
+    "greater_than": jnp.greater,
+    "greater_equal": jnp.greater_equal,
+    "less_than": jnp.less,
+    "less_equal": jnp.less_equal,
+    "equal": jnp.equal,
+    "not_equal": jnp.not_equal,
+    "logical_and": jnp.logical_and,
+    "logical_or": jnp.logical_or,
+    "logical_not": jnp.logical_not,
+    "where": jnp.where,
+    "erf": jax.scipy.special.erf,
+    "floor": jnp.floor,
+    "ceil": jnp.ceil,
+    "sign": jnp.sign,
+}
+for _name, _fn in _ELEMENTWISE.items():
+    register_opaque(f"pd_op.{_name}", lambda *xs, _fn=_fn, **_: _fn(*xs))
+register_opaque("pd_op.slice", _slice)
+register_opaque("pd_op.split", _split)
+register_opaque("pd_op.embedding", _embedding)
+register_opaque("pd_op.swiglu", _swiglu)
+register_opaque(
+    "pd_op.full_like", lambda x, value, *, dtype, **_: jnp.full_like(x, np.asarray(value).item(), dtype)
+)
