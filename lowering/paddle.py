@@ -205,3 +205,37 @@ register_opaque("pd_op.swiglu", _swiglu)
 register_opaque(
     "pd_op.full_like", lambda x, value, *, dtype, **_: jnp.full_like(x, np.asarray(value).item(), dtype)
 )
+
+
+def _rms_norm(
+    x: jax.Array,
+    *tensors: jax.Array,
+    epsilon: float,
+    begin_norm_axis: int,
+    operands: str = "t,t,t,t,t",
+    **_: Any,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``pd_op.rms_norm(x, bias, residual, norm_weight, norm_bias)``: x (+ bias + residual) divided by
+    its root mean square over the dims from ``begin_norm_axis``, times the weight (+ norm bias); also
+    the sum and the inverse RMS (flattened)."""
+    present = iter(tensors)
+    bias, residual, weight, norm_bias = (
+        next(present) if k == "t" else None for k in operands.split(",")[1:5]
+    )
+    total = x if bias is None else x + bias
+    total = total if residual is None else total + residual
+    axes = tuple(range(begin_norm_axis, x.ndim))
+    inv = jax.lax.rsqrt(jnp.mean(jnp.square(total), axis=axes, keepdims=True) + jnp.asarray(epsilon, x.dtype))
+    out = total * inv
+    out = out if weight is None else out * weight
+    out = out if norm_bias is None else out + norm_bias
+    return out, total, inv.reshape(-1)
+
+
+def _arange(start: Any, end: Any, step: Any, *, dtype: str, **_: Any) -> jax.Array:
+    """``pd_op.arange`` of constant start, end and step."""
+    return jnp.arange(*(np.asarray(v).item() for v in (start, end, step)), dtype=dtype)
+
+
+register_opaque("pd_op.rms_norm", _rms_norm)
+register_opaque("pd_op.arange", _arange)

@@ -156,19 +156,22 @@ def test_more_paddle_ops_have_their_meanings():
     """Ops the shared models do not use, written in Paddle 3's spelling (tests/data/paddle/more_ops.pir),
     against numpy (there are no Paddle outputs for them)."""
     text = (DUMPS.parent / "more_ops.pir").read_text()
-    program = eqsat.parse_pir(text, outputs=["%5", "%9", "%10", "%11", "%13", "%14"])
+    program = eqsat.parse_pir(text, outputs=["%5", "%9", "%10", "%11", "%13", "%14", "%16", "%21"])
     rng = np.random.default_rng(0)
     x, table, ids = (
         rng.normal(size=(4, 6)).astype(np.float32),
         rng.normal(size=(5, 6)).astype(np.float32),
         [0, 3, 4],
     )
-    program.param_values["table"] = table
+    gamma = rng.normal(size=6).astype(np.float32)
+    program.param_values.update(table=table, gamma=gamma)
     from eqsat.lowering import lower
 
     got = [np.asarray(o) for o in lower(program)(x, np.asarray(ids))]
     silu = lambda v: v / (1 + np.exp(-v))  # noqa: E731
     want = [x[1:3], x[:, :2], x[:, 2:], np.where(np.asarray(ids)[:, None] == 0, 0, table[ids]), x > 0]
     want.append(silu(x[:, :3]) * x[:, 3:])
+    want.append(x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * gamma)
+    want.append(np.arange(0, 10, 3))
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6)
