@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Literal, NamedTuple
 
+import numpy as np
+
 from eqsat.devices import FUSED_CPU_ATTENTION
 from eqsat.errors import ShapeError
 from eqsat.ir import DTYPES, TensorType, Value
@@ -276,7 +278,7 @@ def _coerce(op: str, attr: Attr, value: AttrValue) -> AttrValue:
     bad = ShapeError(f"{op}: attribute {attr.name} must be {attr.kind}, got {value!r}")
     match attr.kind:
         case "int":
-            if isinstance(value, bool | int):
+            if isinstance(value, bool | int | np.integer):
                 if attr.choices and int(value) not in attr.choices:
                     raise ShapeError(f"{op}: {attr.name} must be one of {attr.choices}, got {value!r}")
                 return int(value)
@@ -286,7 +288,7 @@ def _coerce(op: str, attr: Attr, value: AttrValue) -> AttrValue:
             if isinstance(value, int | float):
                 return float(value)
         case "ints":
-            if isinstance(value, tuple | list) and all(isinstance(v, int) for v in value):
+            if isinstance(value, tuple | list) and all(isinstance(v, int | np.integer) for v in value):
                 return tuple(int(v) for v in value)
         case "str":
             if isinstance(value, str):
