@@ -235,3 +235,9 @@ def test_static_arguments_and_nesting_behave_as_in_jax_jit():
     np.testing.assert_allclose(nested, x @ x + 1.0)
     with pytest.raises(eqsat.EqsatError, match="out of range"):
         eqsat.jit(lambda x: x, static_argnums=3)
+
+
+def test_numpy_integer_axes_from_vmap_are_canonical():
+    program = eqsat.from_jax(jax.vmap(jax.nn.softmax), jnp.ones((3, 4, 5)))
+    assert "opaque" not in {op.name for op in program.ops}
+    _same(jax.vmap(jax.nn.softmax), jnp.asarray(np.random.default_rng(0).normal(size=(3, 4, 5)), jnp.float32))
