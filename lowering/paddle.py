@@ -195,6 +195,19 @@ _ELEMENTWISE = {
     "floor": jnp.floor,
     "ceil": jnp.ceil,
     "sign": jnp.sign,
+    "sin": jnp.sin,
+    "cos": jnp.cos,
+    "tan": jnp.tan,
+    "log1p": jnp.log1p,
+    "expm1": jnp.expm1,
+    "reciprocal": jnp.reciprocal,
+    "isnan": jnp.isnan,
+    "isinf": jnp.isinf,
+    "isfinite": jnp.isfinite,
+    "hardswish": jax.nn.hard_swish,
+    "elementwise_pow": jnp.power,
+    "floor_divide": jnp.floor_divide,  # Paddle floors, as Python does
+    "remainder": jnp.remainder,  # the sign of the divisor, as Python's %
 }
 for _name, _fn in _ELEMENTWISE.items():
     register_opaque(f"pd_op.{_name}", lambda *xs, _fn=_fn, **_: _fn(*xs))
@@ -239,3 +252,19 @@ def _arange(start: Any, end: Any, step: Any, *, dtype: str, **_: Any) -> jax.Arr
 
 register_opaque("pd_op.rms_norm", _rms_norm)
 register_opaque("pd_op.arange", _arange)
+
+
+def _axis(axis: Any) -> int:
+    return int(np.asarray(axis).ravel()[0])
+
+
+register_opaque("pd_op.leaky_relu", lambda x, *, negative_slope, **_: jax.nn.leaky_relu(x, negative_slope))
+register_opaque("pd_op.clip", lambda x, lo, hi, **_: jnp.clip(x, lo, hi))
+register_opaque("pd_op.cumsum", lambda x, axis, **_: jnp.cumsum(x, axis=_axis(axis)))
+register_opaque("pd_op.stack", lambda *xs, axis, **_: jnp.stack(xs, axis=axis))
+register_opaque(
+    "pd_op.argmax",
+    lambda x, axis, *, keepdims, dtype="int64", **_: jnp.argmax(
+        x, axis=_axis(axis), keepdims=bool(keepdims)
+    ).astype(dtype),
+)

@@ -156,7 +156,8 @@ def test_more_paddle_ops_have_their_meanings():
     """Ops the shared models do not use, written in Paddle 3's spelling (tests/data/paddle/more_ops.pir),
     against numpy (there are no Paddle outputs for them)."""
     text = (DUMPS.parent / "more_ops.pir").read_text()
-    program = eqsat.parse_pir(text, outputs=["%5", "%9", "%10", "%11", "%13", "%14", "%16", "%21"])
+    names = ["%5", "%9", "%10", "%11", "%13", "%14", "%16", "%21", "%23", "%24", "%25", "%26", "%28", "%29", "%30"]
+    program = eqsat.parse_pir(text, outputs=[*names, "%31"])
     rng = np.random.default_rng(0)
     x, table, ids = (
         rng.normal(size=(4, 6)).astype(np.float32),
@@ -173,5 +174,8 @@ def test_more_paddle_ops_have_their_meanings():
     want.append(silu(x[:, :3]) * x[:, 3:])
     want.append(x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * gamma)
     want.append(np.arange(0, 10, 3))
+    leaky = np.where(x > 0, x, 0.1 * x)
+    want += [np.floor_divide(x, 1.5), np.remainder(x, 1.5), leaky, np.cumsum(x, 1), np.stack([x, leaky], 1)]
+    want += [np.argmax(x, 1), np.stack([x, leaky], 1).reshape(4, 12), np.sin(x)]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6)

@@ -415,7 +415,7 @@ def _silu(r: _Reader, line: Line) -> list[Value]:
 
 
 def _to_declared_shape(r: _Reader, line: Line) -> list[Value]:
-    """``pd.squeeze`` / ``pd.unsqueeze``: a reshape to the declared result shape."""
+    """``pd.squeeze`` / ``pd.unsqueeze`` / ``pd.flatten``: a reshape to the declared result shape."""
     x = r.tensor(line, line.operands[0])
     shape, _ = _parse_type(line, line.out_types[0]) if line.out_types else ((DYNAMIC,), "")
     if DYNAMIC in shape:
@@ -618,6 +618,7 @@ HANDLERS: dict[str, Handler] = {
     "pd.silu": _silu,
     "pd.squeeze": _to_declared_shape,
     "pd.unsqueeze": _to_declared_shape,
+    "pd.flatten": _to_declared_shape,
     "pd.split_with_num": _split_with_num,
     "pd.fc": _fc,
     "pd.multihead_matmul": _multihead_matmul,

@@ -20,4 +20,14 @@
     (%19) = "pd_op.full" () {dtype:int64,shape:[1],value:10} : () -> tensor<1xi64>
     (%20) = "pd_op.full" () {dtype:int64,shape:[1],value:3} : () -> tensor<1xi64>
     (%21) = "pd_op.arange" (%18, %19, %20) {dtype:int64} : (tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<4xi64>
+    (%22) = "pd_op.full" () {dtype:float32,shape:[1],value:1.5} : () -> tensor<1xf32>
+    (%23) = "pd_op.floor_divide" (%0, %22) {} : (tensor<4x6xf32>, tensor<1xf32>) -> tensor<4x6xf32>
+    (%24) = "pd_op.remainder" (%0, %22) {} : (tensor<4x6xf32>, tensor<1xf32>) -> tensor<4x6xf32>
+    (%25) = "pd_op.leaky_relu" (%0) {negative_slope:0.1} : (tensor<4x6xf32>) -> tensor<4x6xf32>
+    (%26) = "pd_op.cumsum" (%0, %7) {exclusive:false,flatten:false,reverse:false} : (tensor<4x6xf32>, tensor<1xi32>) -> tensor<4x6xf32>
+    (%27) = "builtin.combine" (%0, %25) {} : (tensor<4x6xf32>, tensor<4x6xf32>) -> vec[tensor<4x6xf32>,tensor<4x6xf32>]
+    (%28) = "pd_op.stack" (%27) {axis:1} : (vec[tensor<4x6xf32>,tensor<4x6xf32>]) -> tensor<4x2x6xf32>
+    (%29) = "pd_op.argmax" (%0, %7) {dtype:int64,flatten:false,keepdims:false} : (tensor<4x6xf32>, tensor<1xi32>) -> tensor<4xi64>
+    (%30) = "pd_op.flatten" (%28) {start_axis:1,stop_axis:2} : (tensor<4x2x6xf32>) -> tensor<4x12xf32>
+    (%31) = "pd_op.sin" (%0) {} : (tensor<4x6xf32>) -> tensor<4x6xf32>
 }
