@@ -80,16 +80,21 @@ def _near(var: str, value: float, tol: float = 1e-6) -> tuple[str, str]:
 
 
 # x·0.5·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as jax.nn.gelu writes it out (scalar products as scales).
-_GELU_TANH = (
+# x³ as x * (x * x) is how jax traces x ** 3 (XLA's repeated squaring); (x * x) * x as written by hand.
+_GELU_TANH = tuple(
     "(Mul x (Scale (Add (Full (vec-empty) 1.0 d) "
-    "(Tanh (Scale (Add x (Scale (Mul (Mul x x) x) c1 0.0)) c2 0.0))) 0.5 0.0))"
+    f"(Tanh (Scale (Add x (Scale {cube} c1 0.0)) c2 0.0))) 0.5 0.0))"
+    for cube in ("(Mul x (Mul x x))", "(Mul (Mul x x) x)")
 )
 
 RULES = [
     Rule(
         "gelu-tanh-form",
         "the tanh approximation of GELU written out (as jax.nn.gelu traces) is the gelu op",
-        (Variant(_GELU_TANH, "(Gelu x)", (*_near("c1", 0.044715), *_near("c2", 0.7978845608))),),
+        tuple(
+            Variant(form, "(Gelu x)", (*_near("c1", 0.044715), *_near("c2", 0.7978845608)))
+            for form in _GELU_TANH
+        ),
         lambda rng: {
             "x": TensorType((3, 5), F32),
             "d": F32,

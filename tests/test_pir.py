@@ -59,10 +59,10 @@ BAD_PIR = {
         "undefined",
     ),
     "wrong arity": (3, ' (%1) = "pd.add" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>', "operand"),
-    "non-constant shape": (
+    "non-constant shape, dynamic result": (
         3,
         ' (%1, %2) = "pd.reshape" (%0, %0) {} : (pd.tensor<2x3xf32>, pd.tensor<2x3xf32>) '
-        "-> pd.tensor<6xf32>, pd.tensor<0x2x3xf32>",
+        "-> pd.tensor<-1xf32>, pd.tensor<0x2x3xf32>",
         "constant",
     ),
     "bad perm": (
