@@ -231,7 +231,7 @@ def _partner(env: list[Any]) -> Any:
         return env[-1]
 
 
-def _float_steps(draw: Draw, dtype: str) -> Step:
+def _float_steps(draw: Draw, dtype: str) -> _Named:
     c = draw(st.sampled_from([2.0, 0.5, 3.0, -1.5, 0.0, -0.0, 1e-3]))
     axis = draw(st.integers(-1, 0))
     steps: dict[str, Step] = {
@@ -258,10 +258,11 @@ def _float_steps(draw: Draw, dtype: str) -> Step:
         "matmul_chain": lambda e: (e[-1] @ jnp.swapaxes(e[-1], -1, -2)) @ e[-1] if e[-1].ndim >= 2 else e[-1],
         "astype": lambda e: e[-1].astype(jnp.float32).astype(dtype),
     }
-    return steps[draw(st.sampled_from(sorted(steps)))]
+    name = draw(st.sampled_from(sorted(steps)))
+    return _Named(f"{name}(c={c}, axis={axis})", steps[name])
 
 
-def _int_steps(draw: Draw, dtype: str) -> Step:
+def _int_steps(draw: Draw, dtype: str) -> _Named:
     c = draw(st.integers(1, 7))
     big = draw(st.sampled_from([2**53 + 1, 6364136223846793005])) if "64" in dtype else c
     axis = draw(st.integers(-1, 0))
@@ -284,7 +285,38 @@ def _int_steps(draw: Draw, dtype: str) -> Step:
         "big_literal": lambda e: e[-1] * big + 1,
         "transpose": lambda e: e[-1].T,
     }
-    return steps[draw(st.sampled_from(sorted(steps)))]
+    name = draw(st.sampled_from(sorted(steps)))
+    return _Named(f"{name}(c={c}, axis={axis})", steps[name])
+
+
+class _Named:
+    """A step of a generated function that prints as its name (so a failing case reads)."""
+
+    def __init__(self, name: str, step: Step) -> None:
+        self.name, self.step = name, step
+
+    def __call__(self, env: list[Any]) -> Any:
+        return self.step(env)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class _Function:
+    """x * s, then each step on the values so far; the last ``n_outputs`` values are the outputs."""
+
+    def __init__(self, steps: list[_Named], n_outputs: int) -> None:
+        self.steps, self.n_outputs = steps, n_outputs
+
+    def __call__(self, *args: Any) -> tuple[Any, ...]:
+        *arrays, s = args
+        env = [arrays[0] * s, *arrays[1:]]  # the scalar is weak: it keeps the arrays' dtype
+        for step in self.steps:
+            env.append(step(env))
+        return tuple(env[-self.n_outputs :])
+
+    def __repr__(self) -> str:
+        return f"jax_function(steps={self.steps}, outputs={self.n_outputs})"
 
 
 @st.composite
@@ -296,12 +328,7 @@ def jax_functions(draw: Draw, family: str = "float32") -> tuple[Callable[..., An
     steps = [(_float_steps if is_float else _int_steps)(draw, dtype) for _ in range(draw(st.integers(1, 6)))]
     n_outputs = draw(st.integers(1, 2))
 
-    def fn(*args: Any) -> tuple[Any, ...]:
-        *arrays, s = args
-        env = [arrays[0] * s, *arrays[1:]]  # the scalar is weak: it keeps the arrays' dtype
-        for step in steps:
-            env.append(step(env))
-        return tuple(env[-n_outputs:])
+    fn = _Function(steps, n_outputs)
 
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     kind = draw(st.sampled_from(INPUT_KINDS))
