@@ -96,10 +96,11 @@ def _show(args: argparse.Namespace) -> int:
 def _rules(args: argparse.Namespace) -> int:
     from eqsat.rules import RULESETS
 
+    print("(* inexact in IEEE arithmetic: guarded; left out by --rules exact)")
     for theme, rules in RULESETS.items():
         print(f"{theme}:")
         for r in rules:
-            print(f"  {r.name:28} {r.reason}")
+            print(f"  {r.name + ('' if r.exact else ' *'):28} {r.reason}")
     return 0
 
 

@@ -102,6 +102,20 @@ def _distribute(rng: Any) -> dict[str, Any]:
     }
 
 
+def _transposed_product(r: int) -> Variant:
+    """(a·b)ᵀ = bᵀ·aᵀ over the last two dims: the transpose becomes the operands' flags."""
+    return Variant(
+        "(Transpose (Matmul a b tx ty d) p)",
+        "(Matmul b a (- 1 ty) (- 1 tx) d)",
+        (f"(= p {_swap(r)})",),
+    )
+
+
+def _product_example(rng: Any) -> dict[str, Any]:
+    ex = _transposed_operands(rng)
+    return {"a": ex["x"], "b": ex["y"], "tx": ex["tx"], "ty": ex["ty"], "d": F32, "p": ex["p"]}
+
+
 RULES = [
     Rule(
         "matmul-assoc",
@@ -175,6 +189,12 @@ RULES = [
         *_scalable("x", "c"),
         example=lambda rng: {**_scaled(rng), "c": float(rng.uniform(0.5, 2.0))},
         exact=False,
+    ),
+    Rule(
+        "transpose-of-matmul",
+        "(a·b)ᵀ = bᵀ·aᵀ: a transposed product is the product of the swapped operands, flags flipped",
+        tuple(_transposed_product(r) for r in range(2, 7)),
+        _product_example,
     ),
     Rule(
         "transpose-into-matmul",

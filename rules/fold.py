@@ -1,4 +1,5 @@
-"""Folding of ``full``: a constant of one value stays a constant under expand, reshape, transpose."""
+"""Folding of ``full``: a constant of one value stays a constant under expand, reshape, transpose, and
+its square root is a constant (``scores / jnp.sqrt(d)`` then becomes a scale)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,16 @@ RULES = [
         example=_transpose_example,
     ),
 ]
+
+RULES.append(
+    rule(
+        "sqrt-full",
+        "the square root of a constant is a constant: rounded once from float64, which is exact for "
+        "every float dtype (float64 holds more than twice their precision)",
+        "(Sqrt (Full s v d))",
+        "(Full s (sqrt v) d)",
+        "(float-dtype d)",
+        "(>= v 0.0)",
+        example=lambda rng: {"s": rand_shape(rng, 2), "v": float(rng.uniform(0.0, 100.0)), "d": "float32"},
+    )
+)
