@@ -88,10 +88,14 @@ class _Reader:
         self.env[name] = value
         return value
 
+    def is_constant(self, name: str) -> bool:
+        """Whether the reader knows the contents of value ``name`` (a full_int_array or small full)."""
+        return name in self.int_arrays or id(self.env.get(name)) in self.consts
+
     def shape_operand(self, line: Line, name: str) -> tuple[int, ...]:
         """A shape operand's contents: a constant's, or where Paddle moved the constant into the
         params file (``builtin.constant``), the shape the line declares for its result."""
-        if name in self.int_arrays or id(self.env.get(name)) in self.consts:
+        if self.is_constant(name):
             return self.int_array(line, name)
         shape, _ = _parse_type(line, line.out_types[0]) if line.out_types else ((), "")
         if not line.out_types or DYNAMIC in shape:
@@ -273,7 +277,7 @@ def _concat_axis(r: _Reader, line: Line, xs: list[Value]) -> tuple[int, ...]:
     """The concat axis: a constant, or where Paddle moved it into the params file, the one axis along
     which the declared result is the inputs' sizes added up."""
     name = line.operands[1]
-    if name in r.int_arrays or id(r.env.get(name)) in r.consts or not line.out_types:
+    if r.is_constant(name) or not line.out_types:
         return r.int_array(line, name)
     out, _ = _parse_type(line, line.out_types[0])
     fits = [
@@ -387,7 +391,7 @@ def _reduced_axes(r: _Reader, line: Line, x: Value) -> tuple[int, ...]:
     """The axes operand of a reduction; where Paddle moved it into the params file, the axes the
     declared result shape implies (all of them, if that is ambiguous for the values)."""
     name = line.operands[1]
-    if name in r.int_arrays or id(r.env.get(name)) in r.consts or not line.out_types:
+    if r.is_constant(name) or not line.out_types:
         return r.int_array(line, name)
     out, _ = _parse_type(line, line.out_types[0])
     dims = x.type.shape
@@ -429,7 +433,7 @@ def _split_with_num(r: _Reader, line: Line) -> list[Value | list[Value]]:
     x = r.tensor(line, line.operands[0])
     num = line.attrs.get("num")
     name = line.operands[1]
-    if name in r.int_arrays or id(r.env.get(name)) in r.consts or not line.out_types:
+    if r.is_constant(name) or not line.out_types:
         (axis,) = r.int_array(line, name)[:1] or (0,)
     else:  # the axis moved into the params file: where the declared parts are 1/num of x
         part, _ = _parse_type(line, _types(line, line.out_types[0])[0])
