@@ -630,11 +630,14 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def _check_declared(line: Line, results: list[Value]) -> None:
-    """Each result has its declared type (a dynamic -1 dim matches any size)."""
+def _check_declared(line: Line, results: list[Value | list[Value]]) -> None:
+    """Each tensor result has its declared type (a dynamic -1 dim matches any size); lists (``vec``
+    results) are checked element by element where they are split."""
     if line.name in ("pd.full_int_array", "builtin.combine", "builtin.split"):
         return
     for name, got, text in zip(line.results, results, line.out_types, strict=False):
+        if isinstance(got, list):
+            continue
         shape, dtype = _parse_type(line, text)
         dims = zip(shape, got.type.shape, strict=False)
         want = TensorType(tuple(g if d == DYNAMIC else d for d, g in dims), dtype)
@@ -699,8 +702,7 @@ def read_lines(
             results = handler(r, replace(line, name=_canonical(line.name))) if handler else _opaque(r, line)
         except ShapeError as e:
             raise ParseError(str(e), line=number, op=line.name) from None
-        if handler not in (None, _gelu, _dropout, _square, _split_with_num, _fc, _multihead_matmul):
-            _check_declared(replace(line, name=_canonical(line.name)), results)
+        _check_declared(replace(line, name=_canonical(line.name)), results)
         for name in line.operands:
             value = r.env.get(name)
             r.read.update(map(id, value if isinstance(value, list) else [value]))
