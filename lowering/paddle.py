@@ -11,6 +11,13 @@ import numpy as np
 from . import register_opaque
 
 
+def _optional(tensors: tuple[jax.Array, ...], operands: str, first: int, count: int) -> list[Any]:
+    """The operands ``first`` .. ``first + count - 1`` of an op, None where absent: ``tensors`` are the
+    ones present after ``first``'s predecessors, ``operands`` the layout (``t`` present, ``n`` absent)."""
+    present = iter(tensors)
+    return [next(present) if kind == "t" else None for kind in operands.split(",")[first : first + count]]
+
+
 def _gelu(x: jax.Array, *, approximate: int = 0, **_: Any) -> jax.Array:
     """``pd_op.gelu``: the exact erf form unless ``approximate``."""
     return jax.nn.gelu(x, approximate=bool(approximate))
@@ -29,8 +36,7 @@ def _layer_norm(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``pd_op.layer_norm``: normalized over the dims from ``begin_norm_axis`` on, then scale and bias
     (each optional: ``<<NULL VALUE>>``); also the mean and variance, flattened as Paddle returns them."""
-    present = iter(params)
-    scale, bias = (next(present) if kind == "t" else None for kind in operands.split(",")[1:3])
+    scale, bias = _optional(params, operands, 1, 2)
     axes = tuple(range(begin_norm_axis, x.ndim))
     mean = jnp.mean(x, axis=axes, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
@@ -55,8 +61,7 @@ def _fused_bias_residual_layernorm(
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """``pd_op.fused_bias_residual_layernorm(x, bias, residual, scale, norm_bias)``: the layer norm of
     ``x + bias + residual_alpha * residual``; also that sum, and the mean and variance (flattened)."""
-    present = iter(tensors)
-    bias, residual, scale, norm_bias = (next(present) if k == "t" else None for k in operands.split(",")[1:5])
+    bias, residual, scale, norm_bias = _optional(tensors, operands, 1, 4)
     total = x if bias is None else x + bias
     if residual is not None:
         total = total + jnp.asarray(residual_alpha, x.dtype) * residual
@@ -97,8 +102,7 @@ def _fused_conv2d_add_act(
     x: jax.Array, w: jax.Array, *tensors: jax.Array, activation: str, operands: str = "t,t,t,t", **attrs: Any
 ) -> tuple[jax.Array]:
     """``pd_op.fused_conv2d_add_act(x, filter, bias, residual)``: act(conv + bias + residual)."""
-    present = iter(tensors)
-    bias, residual = (next(present) if k == "t" else None for k in operands.split(",")[2:4])
+    bias, residual = _optional(tensors, operands, 2, 2)
     out = _conv2d(x, w, **attrs)
     out = out if bias is None else out + bias
     out = out if residual is None else out + residual
@@ -231,10 +235,7 @@ def _rms_norm(
     """``pd_op.rms_norm(x, bias, residual, norm_weight, norm_bias)``: x (+ bias + residual) divided by
     its root mean square over the dims from ``begin_norm_axis``, times the weight (+ norm bias); also
     the sum and the inverse RMS (flattened)."""
-    present = iter(tensors)
-    bias, residual, weight, norm_bias = (
-        next(present) if k == "t" else None for k in operands.split(",")[1:5]
-    )
+    bias, residual, weight, norm_bias = _optional(tensors, operands, 1, 4)
     total = x if bias is None else x + bias
     total = total if residual is None else total + residual
     axes = tuple(range(begin_norm_axis, x.ndim))
