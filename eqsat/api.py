@@ -15,6 +15,7 @@ from eqsat.cost import CostModel, get_cost_model
 from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog, new_egraph
 from eqsat.extract import greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
+from eqsat.layout import drop_unit_dims
 from eqsat.rules import Rule, select
 from eqsat.saturate import Iteration, Limits, SaturationReport, install, saturate
 
@@ -106,6 +107,7 @@ def optimize(
     chosen = _resolve_rules(rules)
     timings: dict[str, float] = {}
     t = t_start = time.perf_counter()
+    original, program = program, drop_unit_dims(program)
     enc = encode(program)
     timings["encode"] = time.perf_counter() - t
     limits = limits or Limits()
@@ -125,7 +127,7 @@ def optimize(
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # egglog errors, and Rust panics (BaseException), e.g. a rule equating shapes
-        return _unchanged(program, model, timings, f"saturation failed, the input is returned: {e}")
+        return _unchanged(original, model, timings, f"saturation failed, the input is returned: {e}")
     timings["encode"] += loads[0]
     timings["saturate"] = sat.seconds - loads[0]
     t = time.perf_counter()
@@ -139,18 +141,18 @@ def optimize(
         ilp_seconds = min(limits.ilp_timeout_s, max(left, 0.05))
         best, extractor, after = _extract(graph, enc, program, model, extractor, ilp_seconds)
     timings["extract"] = time.perf_counter() - t
-    before = model.program_cost(program)
+    before = model.program_cost(original)
     note = ""
     if after > before:
-        best, after, note = program, before, "extraction found nothing cheaper; the input is returned"
+        best, after, note = original, before, "extraction found nothing cheaper; the input is returned"
     report = Report(sat, model.name, before, after, timings, note, extractor)
     if verify:
         from eqsat.verify import validate
 
         t = time.perf_counter()
-        validate(program, best, rules_fired=sorted(report.rules_fired))
+        validate(original, best, rules_fired=sorted(report.rules_fired))
         timings["verify"] = time.perf_counter() - t
-    return OptimizeResult(best, program, report, graph)
+    return OptimizeResult(best, original, report, graph)
 
 
 def _unchanged(program: Program, model: CostModel, timings: dict[str, float], note: str) -> OptimizeResult:

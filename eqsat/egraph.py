@@ -85,6 +85,7 @@ DTYPE_FAMILIES: dict[str, frozenset[str]] = {
     "float-dtype": FLOAT_DTYPES,
     "wide-float": frozenset({"float32", "float64"}),
     "reassociable": frozenset({"float32", "float64"} | {d for d in DTYPES if "int" in d}),
+    "int-dtype": frozenset(d for d in DTYPES if "int" in d),
 }
 
 

@@ -117,20 +117,29 @@ def _attention_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -
     s_bytes = 4.0 * scores
     return [
         Kernel(2.0 * scores * q[-1], ins[0].nbytes + ins[1].nbytes + s_bytes),
-        Kernel(5.0 * scores, 2 * s_bytes + ins[3].nbytes),
+        Kernel(5.0 * scores, 2 * s_bytes + ins[3].nbytes + ins[4].nbytes),
         Kernel(2.0 * scores * v[-1], s_bytes + ins[2].nbytes + out.nbytes),
     ]
 
 
 def _flash_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
-    """One fused step per (query block, key block): its share of the work, the key/value block it
+    """One fused step per (query block, key block) it visits — under a causal mask, only the key
+    blocks at or before the query block's last row: its share of the work, the key/value block it
     reads, and the f32 accumulator and (max, sum) stats it reads and writes."""
     q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
     rows = prod(q[:-2])
-    bq, _, nq, nk = flash_blocks(rows, q[-2], k[-2])
+    bq, bk, nq, nk = flash_blocks(rows, q[-2], k[-2])
+    steps = sum(flash_key_blocks(i, bq, bk, nk, bool(attrs.get("causal"))) for i in range(nq))
     state = 4.0 * rows * bq * (v[-1] + 2)
     io = sum(t.nbytes for t in ins) + out.nbytes
-    return [Kernel(_attention_flops(ins, out, attrs) / (nq * nk), io / nk + 2 * state, True)] * (nq * nk)
+    flops = _attention_flops(ins, out, attrs) / (nq * nk)
+    return [Kernel(flops, io / nk + 2 * state, True)] * steps
+
+
+def flash_key_blocks(i: int, bq: int, bk: int, nk: int, causal: bool) -> int:
+    """How many key blocks query block ``i`` visits: all, or under a causal mask those holding a key
+    at or before its last query (the later ones are masked out entirely)."""
+    return min(nk, -(-(i + 1) * bq // bk)) if causal and nk > 1 else nk
 
 
 def _reduce_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
@@ -337,22 +346,51 @@ def _unary(name: str, doc: str, floats_only: bool = True) -> OpDef:
     return OpDef(name, 1, doc, elementwise=True, check=_floats if floats_only else _numeric)
 
 
-def _binary(name: str, doc: str, arithmetic: bool = True) -> OpDef:
-    return OpDef(name, 2, doc, shape=Broadcast(), elementwise=True, check=_numeric if arithmetic else None)
+def _binary(name: str, doc: str, arithmetic: bool = True, floats_only: bool = False) -> OpDef:
+    check = _floats if floats_only else _numeric if arithmetic else None
+    return OpDef(name, 2, doc, shape=Broadcast(), elementwise=True, check=check)
+
+
+def _compare(name: str, doc: str) -> OpDef:
+    return OpDef(name, 2, doc, shape=Broadcast(), dtype="bool", elementwise=True)
+
+
+def _logical(name: str, arity: int, doc: str) -> OpDef:
+    shape = Broadcast() if arity == 2 else SameAs()
+    return OpDef(name, arity, doc, shape=shape, elementwise=True, check=_bits)
+
+
+def _bits(types: Sequence[TensorType], attrs: dict) -> str | None:
+    bad = [t.dtype for t in types if t.dtype != "bool" and "int" not in t.dtype]
+    return f"needs bool or integer operands, got {bad[0]}" if bad else None
+
+
+def _iota_dimension(types: Sequence[TensorType], attrs: dict) -> str | None:
+    if not 0 <= attrs["dimension"] < len(attrs["shape"]):
+        return f"dimension {attrs['dimension']} out of range for shape {attrs['shape']}"
+    return None if attrs["dtype"] != "bool" else "needs a numeric dtype"
+
+
+def _attention_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
+    if types[0].dtype not in FLOAT_DTYPES:
+        return f"needs floating-point q, k, v, got {types[0].dtype}"
+    if types[3].dtype not in (types[0].dtype, "float32"):
+        return f"bias must be of q's dtype or float32, got {types[3].dtype}"
+    return None if types[4].dtype == "bool" else f"mask must be bool, got {types[4].dtype}"
 
 
 def _attention(name: str, doc: str, phases: PhasesFn) -> OpDef:
     """The attention ops differ only in how they run (their kernels), not in what they compute."""
     return OpDef(
         name,
-        4,
+        5,
         doc,
-        (Attr("scale", "float"),),
+        (Attr("scale", "float"), Attr("fill", "float", -math.inf), Attr("causal", "int", 0, (0, 1))),
         Attention(),
         flops=_attention_flops,
         phases=phases,
-        same_dtype=(0, 1, 2, 3),
-        check=_floats,
+        same_dtype=(0, 1, 2),
+        check=_attention_operands,
     )
 
 
@@ -390,6 +428,25 @@ _OPS = [
     _binary("rem", "x - y * div(x, y) (broadcasting): the remainder with the sign of x (lax.rem)"),
     _binary("maximum", "max(x, y) (broadcasting)", arithmetic=False),
     _binary("minimum", "min(x, y) (broadcasting)", arithmetic=False),
+    _binary("pow", "x ** y (broadcasting; floating point)", floats_only=True),
+    _compare("eq", "x == y (broadcasting), bool"),
+    _compare("ne", "x != y (broadcasting), bool"),
+    _compare("lt", "x < y (broadcasting), bool"),
+    _compare("le", "x <= y (broadcasting), bool"),
+    _compare("gt", "x > y (broadcasting), bool"),
+    _compare("ge", "x >= y (broadcasting), bool"),
+    _logical("logical_and", 2, "x & y (broadcasting): logical for bool, bitwise for integers"),
+    _logical("logical_or", 2, "x | y (broadcasting): logical for bool, bitwise for integers"),
+    _logical("logical_not", 1, "~x: logical for bool, bitwise for integers"),
+    OpDef(
+        "iota",
+        0,
+        "0, 1, 2, ... along dimension, broadcast over the other dims of shape",
+        (Attr("shape", "ints"), Attr("dimension", "int"), Attr("dtype", "str")),
+        FromAttr("shape"),
+        "dtype",
+        check=_iota_dimension,
+    ),
     _unary("exp", "e**x"),
     _unary("log", "natural logarithm"),
     _unary("tanh", "hyperbolic tangent"),
@@ -399,6 +456,8 @@ _OPS = [
     _unary("neg", "-x", floats_only=False),
     _unary("sqrt", "square root"),
     _unary("rsqrt", "1 / sqrt(x)"),
+    _unary("sin", "sine"),
+    _unary("cos", "cosine"),
     OpDef(
         "is_finite",
         1,
@@ -502,7 +561,11 @@ _OPS = [
         same_dtype=(0, 1, 2),
     ),
     _attention(
-        "attention", "softmax(q kᵀ·scale + mask) v, scores materialized (q, k, v, mask)", _attention_phases
+        "attention",
+        "softmax(where(mask, q kᵀ·scale + bias, fill)) v (q, k, v, bias, mask); causal: the mask also "
+        "keeps only keys j <= query i; scores and softmax in float32 for half-precision q (bias in q's "
+        "dtype or float32); scores materialized",
+        _attention_phases,
     ),
     _attention(
         "flash_attention",

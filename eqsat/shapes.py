@@ -166,17 +166,24 @@ class Matmul(ShapeRule):
 
 @dataclass(frozen=True)
 class Attention(ShapeRule):
-    """``softmax(q kᵀ·scale + mask) v``: q (..., Sq, D), k (..., Sk, D), v (..., Sk, Dv) -> (..., Sq, Dv)."""
+    """``softmax(where(mask, q kᵀ·scale + bias, fill)) v``: q (..., Sq, D), k (..., Sk, D),
+    v (..., Sk, Dv) -> (..., Sq, Dv); k's and v's batch dims broadcast to q's (grouped-query attention:
+    one kv head for a group of query heads), bias and mask broadcast to the scores (..., Sq, Sk)."""
 
     def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
-        q, k, v, mask = shapes
-        if not (len(q) == len(k) == len(v) >= 2) or q[:-2] != k[:-2] or k[:-2] != v[:-2]:
-            raise ShapeError(f"attention needs q, k, v of one rank and batch dims, got {q}, {k}, {v}")
+        q, k, v, bias, mask = shapes
+        fits = len(q) == len(k) == len(v) >= 2 and all(broadcast(t[:-2], q[:-2]) == q[:-2] for t in (k, v))
+        if not fits:
+            raise ShapeError(
+                f"attention needs q, k, v of one rank, k's and v's batch dims broadcasting to q's, "
+                f"got {q}, {k}, {v}"
+            )
         if q[-1] != k[-1] or k[-2] != v[-2]:
             raise ShapeError(f"attention of q {q}, k {k}, v {v}: head dims or key lengths differ")
         scores = (*q[:-1], k[-2])
-        if broadcast(mask, scores) != scores:
-            raise ShapeError(f"attention mask {mask} does not broadcast to the scores {scores}")
+        for name, shape in (("bias", bias), ("mask", mask)):
+            if len(shape) > len(scores) or broadcast(shape, scores) != scores:
+                raise ShapeError(f"attention {name} {shape} does not broadcast to the scores {scores}")
         return (*q[:-1], v[-1])
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:

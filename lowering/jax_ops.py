@@ -27,6 +27,23 @@ register("neg")(jnp.negative)
 register("sqrt")(jnp.sqrt)
 register("rsqrt")(lax.rsqrt)
 register("is_finite")(lax.is_finite)
+register("sin")(jnp.sin)
+register("cos")(jnp.cos)
+register("pow")(jnp.power)
+register("eq")(jnp.equal)
+register("ne")(jnp.not_equal)
+register("lt")(jnp.less)
+register("le")(jnp.less_equal)
+register("gt")(jnp.greater)
+register("ge")(jnp.greater_equal)
+register("logical_and")(jnp.bitwise_and)
+register("logical_or")(jnp.bitwise_or)
+register("logical_not")(jnp.bitwise_not)
+
+
+@register("iota")
+def _iota(*, shape: tuple[int, ...], dimension: int, dtype: str) -> Array:
+    return lax.broadcasted_iota(jnp.dtype(dtype), shape, dimension)
 
 
 @register("div")

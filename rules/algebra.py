@@ -14,7 +14,7 @@ from typing import Any
 
 from eqsat.ir import TensorType
 
-from .base import Rule, Variant, moderate, rule, vec
+from .base import Rule, Variant, moderate, rand_perm, rule, vec
 
 F32 = "float32"
 
@@ -57,12 +57,17 @@ def _swap(r: int) -> str:
 
 
 def _transpose_flags(r: int) -> tuple[Variant, ...]:
-    swap = f"(= p {_swap(r)})"
+    """A matmul operand transposed by p is the operand transposed by p∘swap with its flag flipped
+    (the operand itself, once transpose-identity removes p∘swap = identity)."""
+    swapped = vec(f"(vec-get p (vec-get {_swap(r)} {i}))" for i in range(r))
+    rank = f"(= (vec-length p) {r})"
     return (
-        Variant("(Matmul x (Transpose y p) tx 0 d)", "(Matmul x y tx 1 d)", (swap,)),
-        Variant("(Matmul x (Transpose y p) tx 1 d)", "(Matmul x y tx 0 d)", (swap,)),
-        Variant("(Matmul (Transpose x p) y 0 ty d)", "(Matmul x y 1 ty d)", (swap,)),
-        Variant("(Matmul (Transpose x p) y 1 ty d)", "(Matmul x y 0 ty d)", (swap,)),
+        Variant(
+            "(Matmul x (Transpose y p) tx ty d)", f"(Matmul x (Transpose y {swapped}) tx (- 1 ty) d)", (rank,)
+        ),
+        Variant(
+            "(Matmul (Transpose x p) y tx ty d)", f"(Matmul (Transpose x {swapped}) y (- 1 tx) ty d)", (rank,)
+        ),
     )
 
 
@@ -78,9 +83,11 @@ def _scalable(x: str, *constants: str) -> tuple[str, ...]:
 
 def _transposed_operands(rng: Any) -> dict[str, Any]:
     r = int(rng.integers(2, 5))
-    batch = tuple(int(d) for d in rng.integers(1, 3, r - 2))
     d = int(rng.integers(2, 5))  # square: every variant's operands fit, whatever the flags
-    perm = (*range(r - 2), r - 1, r - 2)
+    if rng.random() < 0.5:
+        batch, perm = tuple(int(d) for d in rng.integers(1, 3, r - 2)), (*range(r - 2), r - 1, r - 2)
+    else:  # any permutation: all dims equal, so every transposed operand still fits
+        batch, perm = (d,) * (r - 2), rand_perm(rng, r)
     return {
         "x": TensorType((*batch, d, d), F32),
         "y": TensorType((*batch, d, d), F32),
@@ -103,11 +110,13 @@ def _distribute(rng: Any) -> dict[str, Any]:
 
 
 def _transposed_product(r: int) -> Variant:
-    """(a·b)ᵀ = bᵀ·aᵀ over the last two dims: the transpose becomes the operands' flags."""
+    """(a·b)ᵀ = bᵀ·aᵀ over the last two dims: a transpose p of a product is the transpose p∘swap of
+    the swapped product (the identity, removed, when p swaps the last two dims)."""
+    composed = vec(f"(vec-get {_swap(r)} (vec-get p {i}))" for i in range(r))
     return Variant(
         "(Transpose (Matmul a b tx ty d) p)",
-        "(Matmul b a (- 1 ty) (- 1 tx) d)",
-        (f"(= p {_swap(r)})",),
+        f"(Transpose (Matmul b a (- 1 ty) (- 1 tx) d) {composed})",
+        (f"(= (vec-length p) {r})",),
     )
 
 

@@ -1,86 +1,184 @@
-"""Attention: ``softmax(q kᵀ·scale + mask) v`` recognized as one ``attention`` op, which equals
-``flash_attention`` — the same softmax computed blockwise in stats form (see ``rules/softmax.py``),
-streaming over key blocks without materializing the S×S scores. The cost model picks one.
+"""Attention: ``softmax(where(mask, q kᵀ·scale + bias, fill)) v`` recognized as one ``attention`` op,
+which equals ``flash_attention`` — the same softmax computed blockwise in stats form (see
+``rules/softmax.py``), streaming over key blocks without materializing the S×S scores. The cost
+model picks one.
 
-Recognition works with small rules over the canonical form: transposes of k fold into matmul flags,
-scales on q or on the scores hoist (``rules/algebra.py``), ``jax.nn.softmax``'s expansion is folded back
-into ``softmax`` (``rules/softmax.py``); these variants cover with/without mask and scale and casts
-around the softmax.
+Recognition is by saturation: layout rules move transposes into matmul flags and through
+elementwise ops, scales hoist (``rules/algebra.py``), ``jax.nn.softmax``'s expansion folds back into
+``softmax`` (``rules/softmax.py``), constants fold (``rules/fold.py``), and the layout pass
+(``eqsat.layout``) drops unit dims; what is left is one canonical form per combination of bias
+(additive), mask (boolean, with its fill: ``-inf``, ``-1e9``, ``finfo.min``) and scale, with casts
+around the softmax. A mask built from iota comparisons (row >= column) becomes the ``causal`` flag.
 """
 
 from __future__ import annotations
 
+from itertools import product
 from typing import Any
 
+import numpy as np
+
 from eqsat.ir import TensorType
+from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant
 
 F32 = "float32"
+QK = "(Matmul q k 0 1 ds)"  # scores of dtype ds: q's (dq), or float32 for half-precision q
+ZERO = "(Full (vec-empty) 0.0 ds)"
+TRUE = '(Full (vec-empty) 1.0 "bool")'
+_LAST = "(- (vec-length (shape q)) 1)"
 
 
-def _guards(scores: str) -> tuple[str, ...]:
-    """q, k, v of one rank with equal batch dims; softmax over the last axis; mask fits the scores."""
-    last = "(- (vec-length (shape q)) 1)"
-    batch = "(vec-set (vec-set (shape {t}) {last} 0) (- {last} 1) 0)".replace("{last}", last)
+def _guards(scores: str, product: str) -> tuple[str, ...]:
+    """q, k, v of one rank; the product with v has q's batch dims (k's and v's broadcast to them);
+    softmax over the last axis; the scores are q kᵀ's."""
+    out = f"(vec-set (shape q) {_LAST} (vec-get (shape v) {_LAST}))"
     return (
         "(= (vec-length (shape q)) (vec-length (shape k)))",
         "(= (vec-length (shape q)) (vec-length (shape v)))",
-        f"(= {batch.format(t='q')} {batch.format(t='k')})",
-        f"(= {batch.format(t='q')} {batch.format(t='v')})",
-        f"(= a {last})",
-        f"(= (shape {scores}) (shape (Matmul q k 0 1 dq)))",
+        f"(= (shape {product}) {out})",
+        f"(= a {_LAST})",
+        f"(= (shape {scores}) (shape {QK}))",
         "(= dq (dtype q))",
+        "(float-dtype dq)",
     )
 
 
-def _fuse(scores: str, mask: str, scale: str, cast: str | None = None) -> Variant:
-    probs = f"(Softmax {scores} a)"
-    if cast:
-        probs = f'(Cast (Softmax (Cast {scores} "float32") a) {cast})'
-    when = _guards(scores) + ((f"(= {cast} (dtype q))",) if cast else ())
-    return Variant(f"(Matmul {probs} v 0 0 dq)", f"(Attention q k v {mask} {scale})", when)
+# (scores, bias, scale): q kᵀ with or without a scale and an additive bias
+_SCORES = (
+    (f"(Add (Scale {QK} c 0.0) b)", "b", "c"),
+    (f"(Add {QK} b)", "b", "1.0"),
+    (f"(Scale {QK} c 0.0)", ZERO, "c"),
+    (QK, ZERO, "1.0"),
+)
 
 
-QK = "(Matmul q k 0 1 dq)"
-ZERO_MASK = "(Full (vec-empty) 0.0 dq)"
+def _masked(scores: str) -> tuple[tuple[str, str, str], ...]:
+    """(masked scores, mask, fill): unmasked, ``where(m, s, fill)``, ``where(broadcast m, s, fill)``."""
+    fill = "(Full sf f ds)"
+    return (
+        (scores, TRUE, "-inf"),
+        (f"(Select m {scores} {fill})", "m", "f"),
+        (f"(Select (Expand m se) {scores} {fill})", "m", "f"),
+    )
+
+
+# The softmax's precision: (probabilities of the masked scores, the scores' dtype): in q's dtype; in
+# float32 by casts around it (jax.nn.softmax of half precision); of float32 scores (a product with
+# preferred_element_type=float32, as jax.nn.dot_product_attention computes), cast to q's dtype.
+_PRECISIONS = (
+    ("(Softmax {} a)", "(= ds dq)"),
+    ('(Cast (Softmax (Cast {} "float32") a) dq)', "(= ds dq)"),
+    ("(Cast (Softmax {} a) dq)", '(= ds "float32")'),
+)
+
+
+def _fuse(scores: str, bias: str, scale: str, masked: str, mask: str, fill: str, precision: int) -> Variant:
+    probs, dtype = _PRECISIONS[precision]
+    product = f"(Matmul {probs.format(masked)} v 0 0 dq)"
+    attention = f"(Attention q k v {bias} {mask} {scale} {fill} 0)"
+    return Variant(product, attention, (*_guards(scores, product), dtype))
+
+
+def _causal(rank: int, compare: str, reshaped: bool) -> Variant:
+    """A mask ``row >= column`` over the last two dims (Sq, Sk) of the scores is the causal flag; its
+    leading dims (any, reshaped or not) do not change its values."""
+    row, col = f"(Iota s {rank - 2} d)", f"(Iota s {rank - 1} d)"
+    mask = f"(Ge {row} {col})" if compare == "Ge" else f"(Le {col} {row})"
+    shapes = ("s", "s2") if reshaped else ("s",)
+    if reshaped:
+        mask = f"(Reshape {mask} s2)"
+    sq, sk = (f"(vec-get (shape {t}) (- (vec-length (shape {t})) 2))" for t in "qk")
+    fit = [f"(= (vec-get {v} (- (vec-length {v}) 2)) {sq})" for v in shapes]
+    fit += [f"(= (vec-get {v} (- (vec-length {v}) 1)) {sk})" for v in shapes]
+    return Variant(
+        f"(Attention q k v b {mask} c f 0)",
+        f"(Attention q k v b {TRUE} c f 1)",
+        (f"(= (vec-length s) {rank})", *fit),
+    )
+
+
+def _broadcasts() -> list[tuple[str, str, tuple[str, ...]]]:
+    out: list[tuple[str, str, tuple[str, ...]]] = [
+        ("(Expand b se) m", "b m", ()),
+        ("b (Expand m se)", "b m", ()),
+    ]
+    for ones in range(1, MAX_RANK):
+        lead = f"(= s2 (vec-append (vec-of {' '.join(['1'] * ones)}) (shape {{t}})))"
+        out.append(("(Reshape b s2) m", "b m", (lead.format(t="b"),)))
+        out.append(("b (Reshape m s2)", "b m", (lead.format(t="m"),)))
+    return out
+
+
+_BROADCASTS = _broadcasts()
 
 
 def _example(rng: Any) -> dict[str, Any]:
     b, h, s, d = 1, int(rng.integers(1, 3)), int(rng.integers(2, 7)), int(rng.integers(1, 5))
     mask = rng.choice([(b, 1, 1, s), (b, h, s, s), (1, 1, s, s)])
+    scores = (b, h, s, s)
     return {
         "q": TensorType((b, h, s, d), F32),
         "k": TensorType((b, h, s, d), F32),
         "v": TensorType((b, h, s, d), F32),
-        "mask": TensorType(tuple(int(x) for x in mask), F32),
+        "b": TensorType(tuple(int(x) for x in mask), F32),
+        "m": TensorType(scores, "bool"),
         "c": float(rng.uniform(0.1, 1.0)),
+        "f": float(rng.choice([-1e9, float(np.finfo(np.float32).min), -np.inf])),
+        "sf": scores,
+        "se": scores,
+        "s": (s, s),
+        "s2": (1, s, s),
         "a": 3,
-        "ct": "float16",
         "dq": F32,
-        "q16": TensorType((b, h, s, d), "float16"),
+        "ds": F32,
+        "d": "int32",
+        "z": int(rng.integers(0, 2)),
     }
 
 
 RULES = [
     Rule(
         "attention-fuse",
-        "softmax(q kᵀ·c + mask) v is one attention op (with or without mask and scale, casts around softmax)",
-        (
-            _fuse(f"(Add (Scale {QK} c 0.0) mask)", "mask", "c"),
-            _fuse(f"(Add {QK} mask)", "mask", "1.0"),
-            _fuse(f"(Scale {QK} c 0.0)", ZERO_MASK, "c"),
-            _fuse(QK, ZERO_MASK, "1.0"),
+        "softmax(where(mask, q kᵀ·c + bias, fill)) v is one attention op (each of bias, mask and scale "
+        "optional; the softmax in q's dtype or float32)",
+        tuple(
+            _fuse(s, bias, scale, masked, mask, fill, precision)
+            for (s, bias, scale), precision in product(_SCORES, range(len(_PRECISIONS)))
+            for masked, mask, fill in _masked(s)
         ),
         _example,
         exact=False,
     ),
     Rule(
+        "attention-causal",
+        "an iota mask keeping keys j <= query i is the causal flag",
+        tuple(
+            _causal(rank, compare, reshaped)
+            for rank in range(2, MAX_RANK + 1)
+            for compare in ("Ge", "Le")
+            for reshaped in (False, True)
+        ),
+        _example,
+    ),
+    Rule(
+        "attention-broadcast",
+        "attention broadcasts its bias and mask to the scores: an explicit expand, or a reshape adding "
+        "leading 1s, of either is unneeded",
+        tuple(
+            Variant(f"({op} q k v {lhs} c f z)", f"({op} q k v {rhs} c f z)", when)
+            for op in ("Attention", "FlashAttention")
+            for lhs, rhs, when in _BROADCASTS
+        ),
+        _example,
+    ),
+    Rule(
         "attention-is-flash",
         "attention = flash_attention: the same softmax in stats form, streamed over key blocks",
         (
-            Variant("(Attention q k v mask c)", "(FlashAttention q k v mask c)"),
-            Variant("(FlashAttention q k v mask c)", "(Attention q k v mask c)"),
+            Variant("(Attention q k v b m c f z)", "(FlashAttention q k v b m c f z)"),
+            Variant("(FlashAttention q k v b m c f z)", "(Attention q k v b m c f z)"),
         ),
         _example,
         exact=False,

@@ -1,11 +1,14 @@
 """Folding of ``full``: a constant of one value stays a constant under expand, reshape, transpose, and
-its square root is a constant (``scores / jnp.sqrt(d)`` then becomes a scale)."""
+its square root is a constant (``scores / jnp.sqrt(d)`` then becomes a scale); the identities of
+masks built from constants (``jnp.tril``'s ``where(c, True, False)``, ``True & m``, ``i + 0``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .base import rand_perm, rand_shape, rule
+from eqsat.ir import TensorType
+
+from .base import Rule, Variant, rand_perm, rand_shape, rule
 
 
 def _full(rng: Any, rank: int) -> dict[str, Any]:
@@ -63,3 +66,49 @@ RULES.append(
         example=lambda rng: {"s": rand_shape(rng, 2), "v": float(rng.uniform(0.0, 100.0)), "d": "float32"},
     )
 )
+
+
+TRUE, FALSE = '(Full s 1.0 "bool")', '(Full s 0.0 "bool")'
+
+
+def _mask_example(rng: Any) -> dict[str, Any]:
+    shape = rand_shape(rng, 2)
+    return {"c": TensorType(shape, "bool"), "s": shape, "x": TensorType(shape, "int32"), "d": "int32"}
+
+
+RULES += [
+    rule(
+        "select-true-false",
+        "where(c, True, False) is c",
+        f"(Select c {TRUE} {FALSE})",
+        "c",
+        "(= (shape c) s)",
+        example=_mask_example,
+    ),
+    Rule(
+        "and-true",
+        "True & m is m (broadcast to the result's shape)",
+        (
+            Variant(
+                f"(LogicalAnd {TRUE} c)",
+                "(Expand c s)",
+                ('(= s (shape (LogicalAnd (Full s 1.0 "bool") c)))',),
+            ),
+            Variant(
+                f"(LogicalAnd c {TRUE})",
+                "(Expand c s)",
+                ('(= s (shape (LogicalAnd c (Full s 1.0 "bool"))))',),
+            ),
+        ),
+        _mask_example,
+    ),
+    Rule(
+        "add-int-zero",
+        "i + 0 is i for integers (not for floats: -0.0 + 0 is +0.0)",
+        (
+            Variant("(Add x (Full (vec-empty) 0.0 d))", "x", ("(int-dtype d)",)),
+            Variant("(Add (Full (vec-empty) 0.0 d) x)", "x", ("(int-dtype d)",)),
+        ),
+        _mask_example,
+    ),
+]

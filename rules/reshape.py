@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from eqsat.ir import TensorType
+from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant, rand_shape, rule
 
@@ -92,3 +93,60 @@ RULES += [
         _implicit_broadcast_example,
     ),
 ]
+
+
+def _bias_through_reshape(rs: int, rb: int, flipped: bool) -> Variant:
+    """(y reshaped to s) + b, b broadcast over the trailing dims y's last dim was split into."""
+    trailing = [f"(vec-get s {i})" for i in range(rs - rb, rs)]
+    product = trailing[-1]
+    for term in reversed(trailing[:-1]):
+        product = f"(* {term} {product})"
+    lhs = "(Add b (Reshape y s))" if flipped else "(Add (Reshape y s) b)"
+    inner = "(Add (Reshape b (vec-of n)) y)" if flipped else "(Add y (Reshape b (vec-of n)))"
+    return Variant(
+        lhs,
+        f"(Reshape {inner} s)",
+        (
+            "(= (vec-length (shape y)) 2)",
+            "(= n (vec-get (shape y) 1))",
+            f"(= (vec-length s) {rs})",
+            f"(= (shape b) (vec-of {' '.join(trailing)}))",
+            f"(= n {product})",
+        ),
+    )
+
+
+def _bias_example(rng: Any) -> dict[str, Any]:
+    h, d, rows = (int(v) for v in rng.integers(1, 4, 3))
+    return {
+        "y": TensorType((rows * 2, h * d), "float32"),
+        "s": (2, rows, h, d),
+        "b": TensorType((h, d), "float32"),
+    }
+
+
+RULES.append(
+    Rule(
+        "bias-through-reshape",
+        "a bias added after a reshape that split the last dim (into heads) is added before it, over "
+        "that dim (then a linear's bias)",
+        tuple(
+            _bias_through_reshape(rs, rb, flipped)
+            for rs in range(2, MAX_RANK + 1)
+            for rb in range(1, min(rs, 3) + 1)
+            for flipped in (False, True)
+        ),
+        _bias_example,
+    )
+)
+
+
+RULES.append(
+    rule(
+        "reshape-into-cast",
+        "a cast is elementwise, so a reshape of a cast is the cast of the reshape",
+        "(Reshape (Cast x d) s)",
+        "(Cast (Reshape x s) d)",
+        example=lambda rng: (lambda ex: {"x": ex["x"], "s": ex["s2"], "d": "float16"})(_two_shapes(rng)),
+    )
+)

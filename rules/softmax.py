@@ -12,7 +12,7 @@ from typing import Any
 
 from eqsat.ir import TensorType
 
-from .base import Rule, Variant, rand_shape, rule
+from .base import Rule, Variant, rand_perm, rand_shape, rule
 
 F32 = "float32"
 
@@ -44,8 +44,17 @@ _SAFE_MAX = "(Select (IsFinite (ReduceMax x a 1)) (ReduceMax x a 1) (Full sm 0.0
 RULES = [
     Rule(
         "softmax-stats-form",
-        "softmax(x) = exp(x - m) / l with m = max(x), l = sum(exp(x - m)) (both directions)",
-        (Variant("(Softmax x a)", f"(Div {_E} {_L})"), Variant(f"(Div {_E} {_L})", "(Softmax x a)")),
+        "softmax(x) = exp(x - m) / l with m = max(x), l = sum(exp(x - m)) (both directions; l summed in "
+        "float32 for half precision, as jax.nn.softmax does)",
+        (
+            Variant("(Softmax x a)", f"(Div {_E} {_L})"),
+            Variant(f"(Div {_E} {_L})", "(Softmax x a)"),
+            Variant(
+                f'(Div {_E} (Cast (ReduceSum (Cast {_E} "float32") a 1) d))',
+                "(Softmax x a)",
+                ("(= d (dtype x))",),
+            ),
+        ),
         _x_axis,
     ),
     Rule(
@@ -102,5 +111,11 @@ RULES = [
         lambda rng: (
             lambda ex: {**ex, "s": tuple(1 if i == ex["a"] else d for i, d in enumerate(ex["x"].shape))}
         )(_x_axis(rng)),
+    ),
+    Rule(
+        "softmax-of-transpose",
+        "softmax over axis a of x transposed by p is the softmax over x's axis p[a], transposed by p",
+        (Variant("(Softmax (Transpose x p) a)", "(Transpose (Softmax x (vec-get p a)) p)"),),
+        lambda rng: (lambda ex: {**ex, "p": rand_perm(rng, len(ex["x"].shape))})(_x_axis(rng)),
     ),
 ]

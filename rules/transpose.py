@@ -6,6 +6,7 @@ from typing import Any
 
 from eqsat.ir import TensorType
 from eqsat.ops import OPS
+from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant, per_rank, rand_perm, rand_shape, rule, vec
 
@@ -53,6 +54,26 @@ def _through_binary(op: str) -> Rule:
     )
 
 
+def _reduction_out_of_transpose(op: str, r: int) -> Variant:
+    """A transpose p of ``op(x, a)`` (which drops axis a of x, rank r) is ``op`` over the last axis of x
+    transposed by p (renumbered past a) with a last."""
+    shifted = [f"(+ (vec-get p {i}) (min 1 (max 0 (+ (- (vec-get p {i}) a) 1))))" for i in range(r - 1)]
+    return Variant(
+        f"(Transpose ({op} x a 0) p)",
+        f"({op} (Transpose x {vec([*shifted, 'a'])}) {r - 1} 0)",
+        (f"(= (vec-length p) {r - 1})",),
+    )
+
+
+def _reduction_example(rng: Any) -> dict[str, Any]:
+    r = int(rng.integers(2, 5))
+    return {
+        "x": TensorType(rand_shape(rng, r), "float32"),
+        "a": int(rng.integers(r)),
+        "p": rand_perm(rng, r - 1),
+    }
+
+
 RULES = [
     per_rank(
         "transpose-compose",
@@ -72,4 +93,14 @@ RULES = [
     ),
     *(_through_unary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 1),
     *(_through_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
+    Rule(
+        "transpose-into-reduction",
+        "a transposed reduction is the reduction of the transposed input (its reduced axis last)",
+        tuple(
+            _reduction_out_of_transpose(op, r)
+            for op in ("ReduceMax", "ReduceSum")
+            for r in range(2, MAX_RANK + 1)
+        ),
+        _reduction_example,
+    ),
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from math import prod
 
 import jax
@@ -146,18 +145,24 @@ def flash_path(request, monkeypatch):
     return request.param
 
 
-def _flash(q, k, v, mask, scale):
-    """flash_attention under jit, traced afresh (the budget may differ), on the path the test means."""
+NO_BIAS, KEEP_ALL = np.zeros((), np.float32), np.ones((), bool)
+
+
+def _flash(q, k, v, bias=NO_BIAS, mask=KEEP_ALL, scale=0.125, **masking):
+    """flash_attention under jit, traced afresh (the budget may differ), on the path the test means.
+    bias and mask are closed over: numpy ones (NO_BIAS, KEEP_ALL) stay known to the lowering."""
     streams = ops.flash_blocks(prod(q.shape[:-2]), q.shape[-2], k.shape[-2])[3] > 1
     assert streams == (ops.FLASH_SCORES_BUDGET == 0 and k.shape[-2] > ops.FLASH_BLOCK_K)
-    return jax.jit(partial(flash_attention, scale=scale))(q, k, v, mask)
+    masking = {"fill": -np.inf, "causal": 0, **masking}
+    return jax.jit(lambda q, k, v: flash_attention(q, k, v, bias, mask, scale=scale, **masking))(q, k, v)
 
 
-def _compare(q, k, v, mask, scale=0.125, rtol=1e-5):
-    want = naive_attention(
-        q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), mask, scale=scale
-    )
-    got = _flash(q, k, v, mask, scale)
+def _compare(q, k, v, bias=NO_BIAS, mask=KEEP_ALL, rtol=1e-5, **masking):
+    """flash (on the test's path) against naive attention in float32, NaNs included."""
+    masking = {"fill": -np.inf, "causal": 0, **masking}
+    f32 = (t.astype(jnp.float32) for t in (q, k, v))
+    want = naive_attention(*f32, bias, mask, scale=0.125, **masking)
+    got = _flash(q, k, v, bias, mask, **masking)
     assert got.dtype == q.dtype
     want, got = np.asarray(want), np.asarray(got, np.float32)
     assert np.array_equal(np.isnan(want), np.isnan(got))
@@ -165,16 +170,42 @@ def _compare(q, k, v, mask, scale=0.125, rtol=1e-5):
 
 
 @pytest.mark.parametrize("s", [7, 512, 700, 1300])
-def test_flash_matches_naive_with_random_neg_inf_mask(s, flash_path):
+def test_flash_matches_naive_with_random_neg_inf_bias(s, flash_path):
     q, k, v = _qkv((1, 2, s, 16))
-    mask = jnp.where(RNG.random((1, 2, s, s)) < 0.3, -jnp.inf, 0.0).astype(jnp.float32)
-    _compare(q, k, v, mask)
+    bias = jnp.where(RNG.random((1, 2, s, s)) < 0.3, -jnp.inf, 0.0).astype(jnp.float32)
+    _compare(q, k, v, bias)
 
 
 def test_flash_fully_masked_rows_are_nan_like_naive(flash_path):
     q, k, v = _qkv((1, 1, 600, 8))
-    mask = jnp.zeros((1, 1, 600, 600)).at[:, :, 5].set(-jnp.inf).at[:, :, 550].set(-jnp.inf)
-    _compare(q, k, v, mask)
+    bias = jnp.zeros((1, 1, 600, 600)).at[:, :, 5].set(-jnp.inf).at[:, :, 550].set(-jnp.inf)
+    _compare(q, k, v, bias)
+
+
+@pytest.mark.parametrize("fill", [-np.inf, -1e9, float(np.finfo(np.float32).min)])
+@pytest.mark.parametrize("s", [7, 700, 1300])
+def test_flash_matches_naive_with_a_boolean_mask_and_its_fill(s, fill, flash_path):
+    """A fully masked row is NaN with a -inf fill and the uniform average of v with a finite one."""
+    q, k, v = _qkv((2, 2, s, 16))
+    mask = jnp.asarray(RNG.random((2, 1, s, s)) < 0.7).at[0, :, 3].set(False)
+    _compare(q, k, v, mask=mask, fill=fill)
+
+
+@pytest.mark.parametrize("s", [7, 700, 1300])
+def test_flash_matches_naive_under_a_causal_mask(s, flash_path):
+    """Causal: key blocks after the diagonal are skipped, with the same result."""
+    q, k, v = _qkv((1, 2, s, 16))
+    _compare(q, k, v, causal=1)
+    bias = jnp.asarray(RNG.normal(size=(1, 2, 1, s)), jnp.float32)
+    _compare(q, k, v, bias, causal=1, fill=-1e9)
+
+
+@pytest.mark.parametrize("fill", [-np.inf, -1e9])
+def test_flash_causal_and_a_mask_that_empties_rows(fill, flash_path):
+    """With a finite fill, a row the mask empties averages over all keys, the skipped blocks' too."""
+    q, k, v = _qkv((1, 1, 1300, 8))
+    mask = jnp.ones((1, 1, 1300, 1300), bool).at[:, :, 900].set(False)
+    _compare(q, k, v, mask=mask, causal=1, fill=fill)
 
 
 def test_flash_large_logits_stay_finite_and_as_accurate_as_naive(flash_path):
@@ -186,19 +217,19 @@ def test_flash_large_logits_stay_finite_and_as_accurate_as_naive(flash_path):
     want = (p / p.sum(axis=-1, keepdims=True)) @ v
     args = (*(jnp.asarray(t, jnp.float32) for t in (q, k, v)), jnp.zeros((2, 1, 1, 1100)))
     got = np.asarray(_flash(*args, scale=1.0))
-    naive_error = np.abs(np.asarray(naive_attention(*args, scale=1.0)) - want).max()
+    naive = naive_attention(*args, KEEP_ALL, scale=1.0, fill=-np.inf, causal=0)
     assert np.isfinite(got).all()
-    assert np.abs(got - want).max() <= 2 * naive_error
+    assert np.abs(got - want).max() <= 2 * np.abs(np.asarray(naive) - want).max()
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_flash_accumulates_half_precision_in_float32(dtype, flash_path):
     q, k, v = _qkv((1, 2, 1024, 32), dtype=dtype)
-    _compare(q, k, v, jnp.zeros(()), rtol=2e-2)
+    _compare(q, k, v, rtol=2e-2)
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend")
 def test_flash_uses_cudnn_on_gpu_and_matches():
     q, k, v = _qkv((1, 4, 1024, 64), dtype=jnp.bfloat16)
-    mask = jnp.zeros((1, 1, 1024, 1024), jnp.bfloat16)
-    _compare(q, k, v, mask, rtol=3e-2)
+    bias = jnp.zeros((1, 1, 1024, 1024), jnp.bfloat16)
+    _compare(q, k, v, bias, rtol=3e-2)

@@ -32,6 +32,16 @@ _BINARY = {
     "rem": "rem",
     "max": "maximum",
     "min": "minimum",
+    "add_any": "add",
+    "pow": "pow",
+    "eq": "eq",
+    "ne": "ne",
+    "lt": "lt",
+    "le": "le",
+    "gt": "gt",
+    "ge": "ge",
+    "and": "logical_and",
+    "or": "logical_or",
 }
 _UNARY = {
     "exp": "exp",
@@ -42,6 +52,9 @@ _UNARY = {
     "sqrt": "sqrt",
     "rsqrt": "rsqrt",
     "is_finite": "is_finite",
+    "sin": "sin",
+    "cos": "cos",
+    "not": "logical_not",
 }
 _IDENTITY = {"stop_gradient", "copy", "copy_p", "optimization_barrier_identity"}
 _INLINE = {
@@ -277,19 +290,86 @@ def _select_n(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
 
 
 def _integer_pow(t: _Tracer, ins: list[Value], *, y: int, **_: Any) -> list[Value]:
-    """x**y for 1 <= y <= 4 as muls in the order XLA computes it (repeated squaring), so the result
-    rounds the same."""
-    if not 1 <= y <= 4:
+    """x**y for 1 <= |y| <= 4 as muls in the order XLA computes it (repeated squaring), then 1 / that
+    for y < 0, so the result rounds the same."""
+    if not 1 <= abs(y) <= 4:
         raise ShapeError("integer_pow outside 1..4")
-    base, acc = ins[0], None
-    while y:
-        if y & 1:
+    base, acc, n = ins[0], None, abs(y)
+    while n:
+        if n & 1:
             acc = base if acc is None else t.op("mul", acc, base)
-        y >>= 1
-        if y:
+        n >>= 1
+        if n:
             base = t.op("mul", base, base)
     assert acc is not None
+    if y < 0:
+        one = t.op("full", shape=(), value=1.0, dtype=acc.type.dtype)
+        acc = t.op("div", one, acc)
     return [acc]
+
+
+def _square(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
+    return [t.op("mul", ins[0], ins[0])]
+
+
+def _iota(
+    t: _Tracer, ins: list[Value], *, dtype: Any, shape: tuple[int, ...], dimension: int, **_: Any
+) -> list[Value]:
+    return [t.op("iota", shape=tuple(shape), dimension=dimension, dtype=np.dtype(dtype).name)]
+
+
+def _split(t: _Tracer, ins: list[Value], *, sizes: tuple[int, ...], axis: int, **_: Any) -> list[Value]:
+    return [t.op("split", ins[0], axis=axis, sizes=tuple(sizes), index=i) for i in range(len(sizes))]
+
+
+def _arrange(t: _Tracer, v: Value, order: list[int], shape: tuple[int, ...]) -> Value:
+    """``v`` with its dims in ``order``, reshaped to ``shape``."""
+    if order != list(range(len(order))):
+        v = t.op("transpose", v, perm=tuple(order))
+    return v if v.type.shape == shape else t.op("reshape", v, shape=shape)
+
+
+Dims = tuple[list[int], list[int], list[int]]
+
+
+def _broadcast_operand(
+    t: _Tracer, v: Value, order: list[int], nb: int, ones: int, matrix: tuple[int, int]
+) -> Value:
+    """``v`` as (batch, 1 x ``ones``, *matrix), its dims taken in ``order``: the 1s are inserted
+    before the transpose, so the transpose stays outermost (a matmul rule folds it into a flag)."""
+    shape = v.type.shape
+    widened = t.op("reshape", v, shape=(*shape, *(1 for _ in range(ones)))) if ones else v
+    rank = len(shape)
+    widened_order = [*order[:nb], *range(rank, rank + ones), *order[nb:]]
+    batch = tuple(shape[i] for i in order[:nb])
+    return _arrange(t, widened, widened_order, (*batch, *(1 for _ in range(ones)), *matrix))
+
+
+def _grouped(t: _Tracer, x: Value, y: Value, lhs: Dims, rhs: Dims, dtype: str) -> Value:
+    """A batched product with several free dims on one side (grouped-query attention's
+    'BTKGH,BSKH->BKGTS'): that side's longest free dim is its rows (or columns), its other free dims
+    batch dims the other side broadcasts over — not merged into the rows, so each row stays a query.
+    Returns the product in dot_general's order (batch, lhs free, rhs free)."""
+    (lb, lf, lc), (rb, rf, rc) = lhs, rhs
+    xs, ys = x.type.shape, y.type.shape
+    batch, k = [xs[i] for i in lb], prod(xs[i] for i in lc)
+    if len(lf) > 1:
+        rows = max(lf, key=lambda i: (xs[i], i))
+        extra = [i for i in lf if i != rows]
+        a = _arrange(t, x, [*lb, *extra, rows, *lc], (*batch, *(xs[i] for i in extra), xs[rows], k))
+        b = _broadcast_operand(t, y, [*rb, *rc, *rf], len(rb), len(extra), (k, prod(ys[i] for i in rf)))
+        placed = [*extra, rows]
+        perm = (*range(len(lb)), *(len(lb) + placed.index(i) for i in lf), len(lb) + len(lf))
+    else:
+        cols = max(rf, key=lambda i: (ys[i], i))
+        extra = [i for i in rf if i != cols]
+        a = _broadcast_operand(t, x, [*lb, *lf, *lc], len(lb), len(extra), (prod(xs[i] for i in lf), k))
+        b = _arrange(t, y, [*rb, *extra, *rc, cols], (*batch, *(ys[i] for i in extra), k, ys[cols]))
+        placed = [*extra, cols]
+        nb, ne = len(lb), len(extra)
+        perm = (*range(nb), nb + ne, *(nb + placed.index(i) if i != cols else nb + ne + 1 for i in rf))
+    out = t.op("matmul", a, b, dtype=dtype)
+    return out if perm == tuple(range(len(perm))) else t.op("transpose", out, perm=perm)
 
 
 def _dot_general(
@@ -304,21 +384,26 @@ def _dot_general(
     if not lb and tuple(lc) == (x.type.rank - 1,) and x.type.rank >= 2 and y.type.rank == 2:
         # x @ w: the weight broadcasts over rows
         return [t.op("matmul", x, y, transpose_y=int(rc[0] == 1), dtype=dtype)]
+    if not lb and tuple(rc) == (y.type.rank - 1,) and y.type.rank >= 3 and x.type.rank == 2:
+        # w @ x over x's last dim (a vmapped ``W @ x``): x @ wᵀ, its output dim moved to the front
+        out = t.op("matmul", y, x, transpose_y=int(lc[0] == 1), dtype=dtype)
+        return [t.op("transpose", out, perm=(out.type.rank - 1, *range(out.type.rank - 1)))]
     xs, ys = x.type.shape, y.type.shape
     lf = [i for i in range(len(xs)) if i not in lc and i not in lb]
     rf = [i for i in range(len(ys)) if i not in rc and i not in rb]
     batch = [xs[i] for i in lb]
     m, n, k = prod(xs[i] for i in lf), prod(ys[i] for i in rf), prod(xs[i] for i in lc)
 
-    def arrange(v: Value, order: list[int], shape: tuple[int, ...]) -> Value:
-        if order != list(range(len(order))):
-            v = t.op("transpose", v, perm=tuple(order))
-        return v if v.type.shape == shape else t.op("reshape", v, shape=shape)
-
-    a = arrange(x, [*lb, *lf, *lc], (*batch, m, k))
-    b = arrange(y, [*rb, *rc, *rf], (*batch, k, n))
-    out = t.op("matmul", a, b, dtype=dtype)
     final = (*batch, *(xs[i] for i in lf), *(ys[i] for i in rf))
+    if lb and (len(lf) > 1 or len(rf) > 1):
+        out = _grouped(t, x, y, (lb, lf, lc), (rb, rf, rc), dtype)
+    else:
+        out = t.op(
+            "matmul",
+            _arrange(t, x, [*lb, *lf, *lc], (*batch, m, k)),
+            _arrange(t, y, [*rb, *rc, *rf], (*batch, k, n)),
+            dtype=dtype,
+        )
     if out.type.shape != final:
         out = t.op("reshape", out, shape=final)
     return [out]
@@ -336,6 +421,9 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
     "slice": _slice,
     "select_n": _select_n,
     "integer_pow": _integer_pow,
+    "square": _square,
+    "iota": _iota,
+    "split": _split,
     "dot_general": _dot_general,
 }
 

@@ -489,7 +489,8 @@ def _multihead_matmul(r: _Reader, line: Line) -> list[Value | list[Value]]:
         if mask_name == NULL_VALUE
         else r.tensor(line, mask_name)
     )
-    out = r.add(line, "attention", [*parts, mask], scale=float(alpha))
+    keep_all = r.add(line, "full", [], shape=(), value=1.0, dtype="bool")
+    out = r.add(line, "attention", [*parts, mask, keep_all], scale=float(alpha))
     out = r.add(line, "transpose", [out], perm=(0, 2, 1, 3))
     return [r.add(line, "reshape", [out], shape=(batch, seq, n))]
 
