@@ -43,6 +43,7 @@ class Jitted:
         verify: bool,
         static_argnums: Sequence[int],
         static_argnames: Sequence[str],
+        jit_options: dict[str, Any] | None = None,
     ) -> None:
         self.fn = fn
         self.options = {"rules": None if rules is None else list(rules), "cost": cost, "limits": limits}
@@ -55,9 +56,25 @@ class Jitted:
             return self._optimized_trace(args, kwargs)
 
         self._jitted = jax.jit(
-            optimized_trace, static_argnums=self.static_argnums, static_argnames=self.static_argnames
+            optimized_trace,
+            static_argnums=self.static_argnums,
+            static_argnames=self.static_argnames,
+            **(jit_options or {}),
         )
         functools.update_wrapper(self, fn)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """``jax.jit(...).lower``: the optimized program lowered to StableHLO (``.as_text()``,
+        ``.compile()``); optimizes the signature if it is new."""
+        return self._jitted.lower(*args, **kwargs)
+
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        """``jax.jit(...).trace``: the optimized program's jaxpr (``.jaxpr``), ready to ``.lower()``."""
+        return self._jitted.trace(*args, **kwargs)
+
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        """The output shapes and dtypes (``jax.ShapeDtypeStruct``), as ``jax.jit(...).eval_shape``."""
+        return self._jitted.eval_shape(*args, **kwargs)
 
     @property
     def optimizations(self) -> int:
@@ -147,14 +164,33 @@ def jit(
     verify: bool = False,
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Sequence[str] | None = None,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    keep_unused: bool = False,
+    compiler_options: dict[str, Any] | None = None,
 ) -> Any:
     """Decorator: ``@eqsat.jit`` or ``@eqsat.jit(verify=True, static_argnums=(1,))``.
 
     Static arguments are given by position (negative counts from the end) or by name, and may be
-    passed either way, as with ``jax.jit``.
+    passed either way, as with ``jax.jit``. ``donate_argnums``/``donate_argnames``,
+    ``in_shardings``/``out_shardings`` (a sharded program runs over several devices: XLA partitions
+    the optimized program as it would the original), ``keep_unused`` and ``compiler_options`` mean what
+    they mean to ``jax.jit``.
     """
     nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    given = {
+        "donate_argnums": donate_argnums,
+        "donate_argnames": donate_argnames,
+        "in_shardings": in_shardings,
+        "out_shardings": out_shardings,
+        "compiler_options": compiler_options,
+    }
+    options = {k: v for k, v in given.items() if v is not None} | (
+        {"keep_unused": True} if keep_unused else {}
+    )
 
     def wrap(f: Callable[..., Any]) -> Jitted:
         return Jitted(
@@ -165,6 +201,7 @@ def jit(
             verify=verify,
             static_argnums=nums,
             static_argnames=names,
+            jit_options=options,
         )
 
     return wrap(fn) if fn is not None else wrap
