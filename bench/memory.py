@@ -5,6 +5,7 @@ XLA:CPU's buffer assignment (``compiled.memory_analysis()``) does not count ever
 memory claims are measured here instead:
 
     python -m bench.memory attention 4096 eqsat     # prints the peak RSS growth in bytes
+    python -m bench.memory flax-nnx-mha 2048 jax    # a library model (bench/library_models.py)
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ import jax
 
 from bench import models
 
-CASES: dict[str, Callable[[int], models.Case]] = {"attention": models.make_attention}
+
+def _case(name: str) -> Callable[[int], models.Case]:
+    """A case by name: ``attention``, or a library model of bench/library_models.py at batch 1."""
+    if name == "attention":
+        return models.make_attention
+    from bench.real_models import make
+
+    return lambda size: make(name, size)
 
 
 def peak_rss_growth(case: str, size: int, variant: str) -> int:
@@ -39,7 +47,7 @@ def _run(case: str, size: int, variant: str) -> dict[str, Any]:
     import eqsat
     from eqsat.lowering import lower
 
-    fn, args = CASES[case](size)
+    fn, args = _case(case)(size)
     leaves = jax.tree_util.tree_leaves(args)
     if variant == "eqsat":
         program = eqsat.optimize(eqsat.from_jax(fn, *args)).program

@@ -182,7 +182,8 @@ def _extract(
         exact = ilp(graph, model, roots, constants, time_limit_s=ilp_timeout_s, warm=warm)
         candidates["ilp"] = decode(graph, enc, exact, program)
     costs = {k: model.program_cost(p) for k, p in candidates.items()}
-    name = min(candidates, key=lambda k: (costs[k], k != "ilp"))
+    # cheapest (to rounding), then fewest ops (ties: a fused op over the same kernels), then ILP's
+    name = min(candidates, key=lambda k: (round(costs[k], 15), len(candidates[k].live_ops()), k != "ilp"))
     return candidates[name], name, costs[name]
 
 

@@ -20,6 +20,7 @@ from eqsat.egraph import Node, Serialized, attrs_of, input_classes, spec_of
 from eqsat.ops import FOLDABLE, OPAQUE
 
 Choice = Callable[[str], Node]
+TIE_BREAK = 1e-12  # far below any kernel's cost (a launch is ~1e-6 s), far above float rounding of sums
 
 
 def node_costs(
@@ -28,7 +29,8 @@ def node_costs(
     """The cost of every tensor e-node under ``model`` (inputs and list cells cost nothing).
 
     A concat of constant classes (weights with known values, fulls) is packed once at compile time by
-    XLA's constant folding, so it costs nothing at run time.
+    XLA's constant folding, so it costs nothing at run time. Every op adds ``TIE_BREAK``: of programs
+    of equal cost, the one of fewer ops wins (an attention op over the same kernels unfused).
     """
     costs = {}
     first = _first(graph)
@@ -44,7 +46,8 @@ def node_costs(
             elif spec is None:
                 costs[node.id] = 0.0
             else:
-                costs[node.id] = model.op_cost(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid])
+                cost = model.op_cost(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid])
+                costs[node.id] = cost + TIE_BREAK
     return costs
 
 

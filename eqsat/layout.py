@@ -66,7 +66,7 @@ class _Rewriter:
 
     def emit(self, op: Op) -> None:
         ins = [self.get(v) for v in op.inputs]
-        operand = id(op.output) in self.operands
+        operand = len(op.outputs) == 1 and id(op.outputs[0]) in self.operands
         if op.name == "reshape":
             self.env[id(op.output)] = self.reshape(ins[0], tuple(op.attrs["shape"]), operand)  # type: ignore[arg-type]
             return

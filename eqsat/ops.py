@@ -117,7 +117,7 @@ def _attention_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -
     s_bytes = 4.0 * scores
     return [
         Kernel(2.0 * scores * q[-1], ins[0].nbytes + ins[1].nbytes + s_bytes),
-        Kernel(5.0 * scores, 2 * s_bytes + ins[3].nbytes + ins[4].nbytes),
+        Kernel(5.0 * scores, 2 * s_bytes + sum(t.nbytes for t in ins[3:] if t.size > 1)),  # scalars fold
         Kernel(2.0 * scores * v[-1], s_bytes + ins[2].nbytes + out.nbytes),
     ]
 

@@ -55,7 +55,7 @@ RULES = [
                 ("(= d (dtype x))",),
             ),
         ),
-        _x_axis,
+        lambda rng: {**_x_axis(rng), "d": F32},
     ),
     Rule(
         "block-stats-max",

@@ -13,9 +13,16 @@ from .base import Rule, Variant, per_rank, rand_perm, rand_shape, rule, vec
 _UNARY_ATTRS: dict[str, Any] = {"scale": {"scale": 0.5, "bias": 0.25}, "cast": {"dtype": "float16"}}
 
 
-def _rank_example(rng: Any, *perms: str) -> dict[str, Any]:
+_BITWISE = frozenset({"logical_and", "logical_or", "logical_not"})  # bool and integer operands only
+
+
+def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str, Any]:
     r = int(rng.integers(2, 5))
-    return {"x": TensorType(rand_shape(rng, r), "float32"), **{p: rand_perm(rng, r) for p in perms}}
+    return {"x": TensorType(rand_shape(rng, r), dtype), **{p: rand_perm(rng, r) for p in perms}}
+
+
+def _dtype(op: str) -> str:
+    return "int32" if op in _BITWISE else "float32"
 
 
 def _unary(op: str, inner: str) -> str:
@@ -27,7 +34,8 @@ def _through_unary(op: str) -> Rule:
     outer, inner = f"(Transpose {_unary(op, 'x')} p)", _unary(op, "(Transpose x p)")
 
     def example(rng: Any) -> dict[str, Any]:
-        return {**_rank_example(rng, "p"), **{f"c_{k}": v for k, v in _UNARY_ATTRS.get(op, {}).items()}}
+        attrs = {f"c_{k}": v for k, v in _UNARY_ATTRS.get(op, {}).items()}
+        return {**_rank_example(rng, "p", dtype=_dtype(op)), **attrs}
 
     return Rule(
         f"transpose-through-{op}",
@@ -41,7 +49,7 @@ def _through_binary(op: str) -> Rule:
     ctor = OPS[op].ctor
 
     def example(rng: Any) -> dict[str, Any]:
-        ex = _rank_example(rng, "p")
+        ex = _rank_example(rng, "p", dtype=_dtype(op))
         return {**ex, "y": ex["x"]}
 
     return rule(

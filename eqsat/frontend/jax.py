@@ -10,6 +10,7 @@ function still runs. Closed-over arrays become parameters with values; pytrees i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,13 +23,12 @@ from jax.extend import core as jcore
 
 from eqsat.errors import ShapeError, UnsupportedError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
-from eqsat.ops import OPAQUE
+from eqsat.ops import FLOAT_DTYPES, OPAQUE
 
 _BINARY = {
     "add": "add",
     "sub": "sub",
     "mul": "mul",
-    "div": "div",
     "rem": "rem",
     "max": "maximum",
     "min": "minimum",
@@ -56,6 +56,8 @@ _UNARY = {
     "cos": "cos",
     "not": "logical_not",
 }
+# IEEE-correctly-rounded primitives: computed on constants at trace time, as on any device
+_FOLDABLE = {"add", "sub", "mul", "div", "sqrt", "neg", "max", "min", "convert_element_type"}
 _IDENTITY = {"stop_gradient", "copy", "copy_p", "optimization_barrier_identity"}
 _INLINE = {
     "jit",
@@ -106,9 +108,13 @@ class _Tracer:
     def __init__(self, program: Program) -> None:
         self.p = program
         self.closed_over: list[Any] = []
+        self.fulls: dict[int, float] = {}  # the value of each full op's result
 
     def op(self, name: str, *inputs: Value, **attrs: Any) -> Value:
-        return self.p.add_op(name, list(inputs), **attrs)
+        out = self.p.add_op(name, list(inputs), **attrs)
+        if name == "full":
+            self.fulls[id(out)] = float(attrs["value"])
+        return out
 
     def literal(self, lit: Any) -> Value:
         """A scalar literal a float holds exactly is a ``full``; others (int64 beyond 2**53) are
@@ -143,6 +149,9 @@ class _Tracer:
 
     def eqn(self, eqn: Any, ins: list[Value]) -> list[Value]:
         name, params = eqn.primitive.name, eqn.params
+        folded = self.fold(eqn, ins)
+        if folded is not None:
+            return [folded]
         if name in _BINARY:
             return [self.op(_BINARY[name], *ins)]
         if name in _UNARY:
@@ -157,6 +166,20 @@ class _Tracer:
                 return self.run(inner, ins)
         handler = _HANDLERS.get(name)
         return handler(self, ins, **params) if handler else self.opaque(eqn, ins)
+
+    def fold(self, eqn: Any, ins: list[Value]) -> Value | None:
+        """A correctly rounded primitive of scalar constants (``jnp.sqrt(d)``, a cast of a literal) is
+        computed now, as XLA would, and becomes a ``full``."""
+        if eqn.primitive.name not in _FOLDABLE or not ins or any(id(v) not in self.fulls for v in ins):
+            return None
+        out = eqn.outvars[0].aval
+        if out.shape or np.dtype(out.dtype).name not in FLOAT_DTYPES:
+            return None
+        args = [np.asarray(self.fulls[id(v)], v.type.dtype) for v in ins]
+        with jax.ensure_compile_time_eval():
+            value = np.asarray(eqn.primitive.bind(*args, **eqn.params))
+        exact = _exact_float(value)
+        return None if exact is None else self.op("full", shape=(), value=exact, dtype=value.dtype.name)
 
     def const(self, value: Any) -> Value:
         """A constant of the jaxpr: a parameter with its value, or, for a value of an enclosing
@@ -249,11 +272,27 @@ def _reduce(name: str) -> Callable[..., list[Value]]:
     return handler
 
 
+def _div(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
+    """x / c for a power of two c is x * (1/c) exactly (both round the same real number once)."""
+    x, c = ins
+    value = t.fulls.get(id(c))
+    if value is not None and c.type.dtype in FLOAT_DTYPES and math.isfinite(value) and value != 0:
+        inverse = np.asarray(1.0 / value, c.type.dtype)
+        if math.frexp(value)[0] in (0.5, -0.5) and np.isfinite(inverse):
+            return [
+                t.op("mul", x, t.op("full", shape=c.type.shape, value=float(inverse), dtype=c.type.dtype))
+            ]
+    return [t.op("div", x, c)]
+
+
 def _convert(t: _Tracer, ins: list[Value], *, new_dtype: Any, **_: Any) -> list[Value]:
     dtype = np.dtype(new_dtype).name
     if dtype not in DTYPES:
         raise UnsupportedError(f"convert_element_type to {dtype} is not supported")
-    return [ins[0] if ins[0].type.dtype == dtype else t.op("cast", ins[0], dtype=dtype)]
+    x = ins[0]
+    if x.type.dtype == dtype:
+        return [x]
+    return [t.op("cast", x, dtype=dtype)]
 
 
 def _concatenate(t: _Tracer, ins: list[Value], *, dimension: int, **_: Any) -> list[Value]:
@@ -422,6 +461,7 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
     "select_n": _select_n,
     "integer_pow": _integer_pow,
     "square": _square,
+    "div": _div,
     "iota": _iota,
     "split": _split,
     "dot_general": _dot_general,
