@@ -32,4 +32,5 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.rewrites
+	$(PY) -m bench.real_models
 	$(PY) -m bench.suite
