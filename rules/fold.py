@@ -86,6 +86,19 @@ RULES += [
         example=_mask_example,
     ),
     Rule(
+        "select-ne-zero",
+        "where(c, a, 0) != 0 is c for a constant a != 0 (a 0/1 mask compared back to bool)",
+        tuple(
+            Variant(
+                f"(Ne (Select c (Full s a d) (Full s 0.0 d)) (Full {z} 0.0 d))",
+                "c",
+                ("(!= a 0.0)", "(= (shape c) s)"),
+            )
+            for z in ("(vec-empty)", "s")
+        ),
+        lambda rng: {**_mask_example(rng), "a": float(rng.choice([1.0, -2.5])), "d": "float32"},
+    ),
+    Rule(
         "and-true",
         "True & m is m (broadcast to the result's shape)",
         (
