@@ -63,6 +63,22 @@ def test_attention_written_with_jax_nn_is_recognized():
     assert ATTENTION_OPS & set(counts) and "exp" not in counts, counts
 
 
+@pytest.mark.parametrize("batch", [(), (3,), (2, 3), (2, 1, 3)], ids=str)
+def test_attention_with_any_number_of_batch_dims_is_recognized(batch):
+    """No batch dims (one head), one, two, or three with a unit dim: one attention op each."""
+
+    def attn(q, k, v):
+        scores = jnp.einsum("...qd,...kd->...qk", q, k) * 0.125
+        return jnp.einsum("...qk,...kd->...qd", jax.nn.softmax(scores, axis=-1), v)
+
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(*batch, 16, 8)), jnp.float32) for _ in range(3))
+    fast = eqsat.jit(attn)
+    np.testing.assert_allclose(fast(q, k, v), jax.jit(attn)(q, k, v), rtol=1e-5, atol=1e-6)
+    (result,) = fast.results.values()
+    assert sum(result.program.op_counts().get(op, 0) for op in ATTENTION_OPS) == 1, result.program
+
+
 def test_matmul_chain_is_reassociated_to_matrix_vector_products():
     b = Builder()
     a, bb, c = (b.input(n, (256, 256)) for n in "abc")
