@@ -188,9 +188,7 @@ def jit(
         "out_shardings": out_shardings,
         "compiler_options": compiler_options,
     }
-    options = {k: v for k, v in given.items() if v is not None} | (
-        {"keep_unused": True} if keep_unused else {}
-    )
+    options = {k: v for k, v in given.items() if v is not None} | {"keep_unused": keep_unused}
 
     def wrap(f: Callable[..., Any]) -> Jitted:
         return Jitted(

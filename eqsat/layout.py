@@ -19,8 +19,9 @@ _AXIS_OPS = frozenset({"reduce_max", "reduce_sum", "softmax"})
 
 
 class _Rewriter:
+    """Rebuilds a program op by op; ``env`` maps each old value to its new one."""
+
     def __init__(self, program: Program) -> None:
-        self.old = program
         self.new = Program(
             inputs=list(program.inputs),
             params=list(program.params),

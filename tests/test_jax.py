@@ -168,3 +168,21 @@ def test_a_wrong_rule_is_caught_by_validate():
     program = eqsat.from_jax(lambda x: jnp.tanh(x) * 3.0, _normal(4, 4))
     with pytest.raises(MiscompileError, match="tanh-is-identity"):
         eqsat.optimize(program, rules=[wrong], cost="nodes", verify=True)
+
+
+def test_division_by_a_power_of_two_is_an_exact_scale_unless_its_inverse_is_subnormal():
+    x16 = jnp.asarray([1.0, -3.0, 65504.0, 6e-5], jnp.float16)
+    quarter = eqsat.jit(lambda x: x / 4.0)
+    np.testing.assert_array_equal(quarter(x16), x16 / 4.0)
+    assert next(iter(quarter.results.values())).program.op_counts() == {"scale": 1}
+    tiny = eqsat.jit(lambda x: x / 32768.0)  # 2**-15 is subnormal in float16: flush-to-zero could eat it
+    np.testing.assert_array_equal(tiny(x16), x16 / 32768.0)
+    assert "div" in next(iter(tiny.results.values())).program.op_counts()
+
+
+def test_scalar_constants_fold_at_trace_time():
+    fn = eqsat.jit(lambda x: x / jnp.sqrt(16.0).astype(x.dtype))
+    x = jnp.asarray([2.0, 8.0], jnp.bfloat16)
+    np.testing.assert_array_equal(fn(x), x / 4.0)
+    counts = next(iter(fn.results.values())).program.op_counts()
+    assert "sqrt" not in counts and "cast" not in counts, counts

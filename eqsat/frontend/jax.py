@@ -278,7 +278,8 @@ def _div(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
     value = t.fulls.get(id(c))
     if value is not None and c.type.dtype in FLOAT_DTYPES and math.isfinite(value) and value != 0:
         inverse = np.asarray(1.0 / value, c.type.dtype)
-        if math.frexp(value)[0] in (0.5, -0.5) and np.isfinite(inverse):
+        normal = np.isfinite(inverse) and abs(inverse) >= jax.numpy.finfo(c.type.dtype).tiny  # no FTZ risk
+        if math.frexp(value)[0] in (0.5, -0.5) and normal:
             return [
                 t.op("mul", x, t.op("full", shape=c.type.shape, value=float(inverse), dtype=c.type.dtype))
             ]
