@@ -13,7 +13,7 @@ import jax
 
 from eqsat.cost import CostModel, get_cost_model
 from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog, new_egraph
-from eqsat.extract import greedy_dag, greedy_tree, ilp
+from eqsat.extract import TIE_BREAK, greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
 from eqsat.rules import Rule, select
@@ -182,8 +182,8 @@ def _extract(
         exact = ilp(graph, model, roots, constants, time_limit_s=ilp_timeout_s, warm=warm)
         candidates["ilp"] = decode(graph, enc, exact, program)
     costs = {k: model.program_cost(p) for k, p in candidates.items()}
-    # cheapest (to rounding), then fewest ops (ties: a fused op over the same kernels), then ILP's
-    name = min(candidates, key=lambda k: (round(costs[k], 15), len(candidates[k].live_ops()), k != "ilp"))
+    # cheapest, ties to fewer ops as inside the extractors (a fused op over the same kernels), then ILP's
+    name = min(candidates, key=lambda k: (costs[k] + TIE_BREAK * len(candidates[k].live_ops()), k != "ilp"))
     return candidates[name], name, costs[name]
 
 

@@ -39,9 +39,9 @@ class _Masking:
     ``where(mask and causal, scores, fill)``, and keys from ``valid`` on (padding) at -inf."""
 
     def __init__(
-        self, bias: Array | None, mask: Array | None, fill: float, causal: bool, valid: int, padded: bool
+        self, has_bias: bool, has_mask: bool, fill: float, causal: bool, valid: int, padded: bool
     ) -> None:
-        self.bias, self.mask, self.fill, self.causal = bias, mask, fill, causal
+        self.has_bias, self.has_mask, self.fill, self.causal = has_bias, has_mask, fill, causal
         self.valid, self.padded = valid, padded
 
     def scores(
@@ -64,14 +64,14 @@ class _Masking:
     @property
     def all_finite(self) -> bool:
         """Every score finite (for finite inputs): the online softmax needs no -inf guards."""
-        masked = self.mask is not None or self.causal
-        return self.bias is None and (not masked or math.isfinite(self.fill))
+        masked = self.has_mask or self.causal
+        return not self.has_bias and (not masked or math.isfinite(self.fill))
 
     @property
     def skips_blocks(self) -> bool:
         """Causal key blocks after the diagonal may be skipped: they are masked out and (with a -inf
         fill, or no other mask) no row is masked out entirely."""
-        return self.causal and (self.mask is None or self.fill == -math.inf)
+        return self.causal and (not self.has_mask or self.fill == -math.inf)
 
 
 def _softmax_attention(
@@ -92,7 +92,7 @@ def naive_attention(
     q: Array, k: Array, v: Array, bias: Array, mask: Array, *, scale: float, fill: float, causal: int
 ) -> Array:
     b, m = _optional(bias, mask)
-    masking = _Masking(b, m, fill, bool(causal), k.shape[-2], padded=False)
+    masking = _Masking(b is not None, m is not None, fill, bool(causal), k.shape[-2], padded=False)
     acc = jnp.promote_types(q.dtype, jnp.float32)  # scores and softmax of half precision in float32
     scaled = q.astype(acc) * jnp.asarray(scale, acc)
     return _softmax_attention(scaled, k.astype(acc), v.astype(acc), masking, 0, b, m).astype(q.dtype)
@@ -208,7 +208,7 @@ def flash_attention(
             x = x if x.shape[-2] == 1 else _pad(x, -2, nq * bq)
         padded.append(x)
     b, m = padded
-    masking = _Masking(b, m, fill, bool(causal), sk, padded=nk * bk != sk)
+    masking = _Masking(b is not None, m is not None, fill, bool(causal), sk, padded=nk * bk != sk)
 
     def query_block(i: Array) -> Array:
         qt = lax.dynamic_slice_in_dim(q, i * bq, bq, axis=q.ndim - 2)

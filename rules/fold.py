@@ -101,26 +101,18 @@ RULES += [
     Rule(
         "and-true",
         "True & m is m (broadcast to the result's shape)",
-        (
-            Variant(
-                f"(LogicalAnd {TRUE} c)",
-                "(Expand c s)",
-                ('(= s (shape (LogicalAnd (Full s 1.0 "bool") c)))',),
-            ),
-            Variant(
-                f"(LogicalAnd c {TRUE})",
-                "(Expand c s)",
-                ('(= s (shape (LogicalAnd c (Full s 1.0 "bool"))))',),
-            ),
+        tuple(
+            Variant(lhs, "(Expand c s)", (f"(= s (shape {lhs}))",))
+            for lhs in (f"(LogicalAnd {TRUE} c)", f"(LogicalAnd c {TRUE})")
         ),
         _mask_example,
     ),
     Rule(
         "add-int-zero",
         "i + 0 is i for integers (not for floats: -0.0 + 0 is +0.0)",
-        (
-            Variant("(Add x (Full (vec-empty) 0.0 d))", "x", ("(int-dtype d)",)),
-            Variant("(Add (Full (vec-empty) 0.0 d) x)", "x", ("(int-dtype d)",)),
+        tuple(
+            Variant(lhs, "x", ("(int-dtype d)",))
+            for lhs in ("(Add x (Full (vec-empty) 0.0 d))", "(Add (Full (vec-empty) 0.0 d) x)")
         ),
         _mask_example,
     ),

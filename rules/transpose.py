@@ -13,16 +13,16 @@ from .base import Rule, Variant, per_rank, rand_perm, rand_shape, rule, vec
 _UNARY_ATTRS: dict[str, Any] = {"scale": {"scale": 0.5, "bias": 0.25}, "cast": {"dtype": "float16"}}
 
 
-_BITWISE = frozenset({"logical_and", "logical_or", "logical_not"})  # bool and integer operands only
-
-
 def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str, Any]:
     r = int(rng.integers(2, 5))
     return {"x": TensorType(rand_shape(rng, r), dtype), **{p: rand_perm(rng, r) for p in perms}}
 
 
 def _dtype(op: str) -> str:
-    return "int32" if op in _BITWISE else "float32"
+    """float32 for the example of ``op``, or int32 where its own dtype check refuses floats (and, or)."""
+    spec = OPS[op]
+    floats = [TensorType((1,), "float32")] * spec.arity
+    return "float32" if spec.check is None or spec.check(floats, {}) is None else "int32"
 
 
 def _unary(op: str, inner: str) -> str:

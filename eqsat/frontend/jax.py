@@ -290,10 +290,7 @@ def _convert(t: _Tracer, ins: list[Value], *, new_dtype: Any, **_: Any) -> list[
     dtype = np.dtype(new_dtype).name
     if dtype not in DTYPES:
         raise UnsupportedError(f"convert_element_type to {dtype} is not supported")
-    x = ins[0]
-    if x.type.dtype == dtype:
-        return [x]
-    return [t.op("cast", x, dtype=dtype)]
+    return [ins[0] if ins[0].type.dtype == dtype else t.op("cast", ins[0], dtype=dtype)]
 
 
 def _concatenate(t: _Tracer, ins: list[Value], *, dimension: int, **_: Any) -> list[Value]:
