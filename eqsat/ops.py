@@ -30,6 +30,7 @@ from eqsat.shapes import (
     ShapeRule,
     SplitPart,
     broadcast,
+    broadcasts_to,
 )
 from eqsat.text import AttrValue
 
@@ -163,10 +164,7 @@ class Reshape(FromAttr):
 class Expand(FromAttr):
     def infer(self, shapes: Sequence[tuple[int, ...]], attrs: dict) -> tuple[int, ...]:
         target = tuple(attrs[self.attr])
-        fits = len(shapes[0]) <= len(target) and all(
-            a in (1, b) for a, b in zip(reversed(shapes[0]), reversed(target), strict=False)
-        )
-        if not fits:
+        if not broadcasts_to(shapes[0], target):
             raise ShapeError(f"cannot expand {shapes[0]} to {target}: not a broadcast")
         return target
 

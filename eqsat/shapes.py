@@ -32,6 +32,12 @@ def broadcast(a: Shape, b: Shape) -> Shape:
     return tuple(reversed(out))
 
 
+def broadcasts_to(shape: Shape, target: Shape) -> bool:
+    """``shape`` broadcasts to ``target`` itself (no dim of target grows, no rank is added to it)."""
+    pairs = zip(reversed(shape), reversed(target), strict=False)
+    return len(shape) <= len(target) and all(a in (1, b) for a, b in pairs)
+
+
 def _egg_broadcast(a: str, ra: int, b: str, rb: int) -> list[str]:
     """egglog expressions of the broadcast dims of vectors ``a`` (rank ra) and ``b`` (rank rb)."""
     r = max(ra, rb)
@@ -172,7 +178,7 @@ class Attention(ShapeRule):
 
     def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
         q, k, v, bias, mask = shapes
-        fits = len(q) == len(k) == len(v) >= 2 and all(broadcast(t[:-2], q[:-2]) == q[:-2] for t in (k, v))
+        fits = len(q) == len(k) == len(v) >= 2 and all(broadcasts_to(t[:-2], q[:-2]) for t in (k, v))
         if not fits:
             raise ShapeError(
                 f"attention needs q, k, v of one rank, k's and v's batch dims broadcasting to q's, "
@@ -182,7 +188,7 @@ class Attention(ShapeRule):
             raise ShapeError(f"attention of q {q}, k {k}, v {v}: head dims or key lengths differ")
         scores = (*q[:-1], k[-2])
         for name, shape in (("bias", bias), ("mask", mask)):
-            if len(shape) > len(scores) or broadcast(shape, scores) != scores:
+            if not broadcasts_to(shape, scores):
                 raise ShapeError(f"attention {name} {shape} does not broadcast to the scores {scores}")
         return (*q[:-1], v[-1])
 

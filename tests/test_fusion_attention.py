@@ -249,3 +249,20 @@ def test_flash_uses_cudnn_on_gpu_and_matches():
     q, k, v = _qkv((1, 4, 1024, 64), dtype=jnp.bfloat16)
     bias = jnp.zeros((1, 1, 1024, 1024), jnp.bfloat16)
     _compare(q, k, v, bias, rtol=3e-2)
+
+
+@pytest.mark.parametrize(
+    ("mask_dtype", "bias_shape", "kv_heads", "message"),
+    [
+        ("float32", (), 2, "mask must be bool"),
+        ("bool", (3, 16, 16), 2, "bias .* does not broadcast"),
+        ("bool", (), 3, "batch dims broadcasting"),
+    ],
+)
+def test_attention_operands_that_do_not_fit_are_named(mask_dtype, bias_shape, kv_heads, message):
+    b = Builder()
+    q = b.input("q", (1, 2, 16, 8))
+    k, v = (b.input(n, (1, kv_heads, 16, 8)) for n in "kv")
+    bias, mask = b.input("bias", bias_shape), b.input("mask", (), mask_dtype)
+    with pytest.raises(eqsat.ShapeError, match=message):
+        b.attention(q, k, v, bias, mask, scale=1.0)
