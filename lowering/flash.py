@@ -1,0 +1,242 @@
+"""Blocked attention: the flash forward pass and its own blocked backward pass (a ``jax.custom_vjp``).
+
+Inputs arrive scaled, in the accumulation dtype, and padded to whole blocks. The forward pass maps
+over query blocks: when one block's scores over all keys fit the cache budget it takes an exact
+one-pass softmax; otherwise it streams over key blocks (sliced in place, never copied) carrying the
+softmax stats — running max ``m``, running sum ``l`` — and an accumulator rescaled by
+``exp(m_old - m_new)`` whenever the max grows (the online softmax). It saves only the output and the
+stats ``m``, ``l`` per row (not ``m + log l``: with a fill like -1e9 a fully masked row's log-sum-exp
+rounds to the fill, and its probabilities would come back as 1 instead of 1/S).
+
+The backward pass (FlashAttention-2) maps over key blocks, and for each visits the query blocks that
+see it: it recomputes the block's probabilities from the stats (``p = exp(s - m) / l``), accumulates the
+key block's ``dk``/``dv`` in registers-sized blocks, and adds the block's share into ``dq`` (and into the
+bias's gradient when there is a bias). Neither pass materializes the S×S scores, so memory stays
+O(S·D); under a causal mask both skip the blocks after the diagonal.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+Array = jax.Array
+Opt = Array | None
+Grads = tuple[Array, Opt, Array, Array]  # dq, dbias (running, full size), dk, dv (of one key block)
+
+
+@dataclass(frozen=True)
+class Masking:
+    """How one attention call turns q kᵀ into the scores its softmax takes: the bias added, then
+    ``where(mask and causal, scores, fill)``, and keys from ``valid`` on (padding) at -inf."""
+
+    has_bias: bool
+    has_mask: bool
+    fill: float
+    causal: bool
+    valid: int
+    padded: bool
+
+    def scores(
+        self, q: Array, k: Array, row0: Array | int, col0: Array | int, bias: Opt, mask: Opt
+    ) -> tuple[Array, Opt]:
+        """The block's scores, and where they depend on q kᵀ (None: everywhere)."""
+        s = jnp.einsum("...qd,...kd->...qk", q, k)
+        if bias is not None:
+            s = s + bias
+        rows = row0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 0)
+        cols = col0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 1)
+        keep = mask
+        if self.causal:
+            keep = rows >= cols if keep is None else keep & (rows >= cols)
+        if keep is not None:
+            s = jnp.where(keep, s, jnp.asarray(self.fill, s.dtype))
+        if self.padded:
+            s = jnp.where(cols < self.valid, s, -jnp.inf)
+        return s, keep
+
+    @property
+    def all_finite(self) -> bool:
+        """Every score finite (for finite inputs): the online softmax needs no -inf guards."""
+        masked = self.has_mask or self.causal
+        return not self.has_bias and (not masked or math.isfinite(self.fill))
+
+    @property
+    def finite(self) -> bool:
+        """Every score finite, padding included: no row's max is -inf."""
+        return self.all_finite and not self.padded
+
+    @property
+    def skips_blocks(self) -> bool:
+        """Causal key blocks after the diagonal may be skipped: they are masked out and (with a -inf
+        fill, or no other mask) no row is masked out entirely."""
+        return self.causal and (not self.has_mask or self.fill == -math.inf)
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The blocking of one flash call: query blocks of ``bq`` rows (``nq`` of them), key blocks of
+    ``bk`` (``nk``)."""
+
+    masking: Masking
+    bq: int
+    bk: int
+    nq: int
+    nk: int
+
+    def key_blocks(self, i: Array) -> Array | int:
+        """How many key blocks query block ``i`` sees (under a causal mask, those up to its last row)."""
+        if not self.masking.skips_blocks:
+            return self.nk
+        return jnp.minimum(self.nk, ((i + 1) * self.bq + self.bk - 1) // self.bk)
+
+    def first_query_block(self, j: Array) -> Array | int:
+        """The first query block that sees key block ``j`` (under a causal mask, the one holding row
+        ``j * bk``)."""
+        return (j * self.bk) // self.bq if self.masking.skips_blocks else 0
+
+
+def block(x: Opt, start: Array | int, size: int, axis: int) -> Opt:
+    """A block of ``x`` along ``axis`` (from the end), or ``x`` itself where it broadcasts there."""
+    if x is None or x.shape[axis] == 1:
+        return x
+    return lax.dynamic_slice_in_dim(x, start, size, axis=x.ndim + axis)
+
+
+def _add_block(x: Array, update: Array, starts: dict[int, Array | int]) -> Array:
+    """``x`` with ``update`` added in place at ``starts`` (axis from the end -> start) along the axes
+    where ``x`` is not broadcast."""
+    index = [0] * x.ndim
+    for axis, start in starts.items():
+        if x.shape[axis] != 1:
+            index[x.ndim + axis] = start
+    return lax.dynamic_update_slice(x, lax.dynamic_slice(x, index, update.shape) + update, index)
+
+
+def _unbroadcast(x: Array, shape: tuple[int, ...]) -> Array:
+    """``x`` summed over the axes that ``shape`` broadcasts (size 1 there)."""
+    axes = tuple(i for i, (a, b) in enumerate(zip(x.shape, shape, strict=True)) if b == 1 and a != 1)
+    return jnp.sum(x, axis=axes, keepdims=True) if axes else x
+
+
+def _key_block(
+    b: Blocks, j: Array | int, q: Array, k: Array, v: Array, row0: Array | int, bias: Opt, mask: Opt
+) -> tuple[Array, Array, Opt]:
+    """(scores, values, where the scores depend on q kᵀ) of key block ``j`` for the query rows from
+    ``row0`` (bias and mask already cut to those rows)."""
+    k_blk, v_blk = (block(t, j * b.bk, b.bk, -2) for t in (k, v))
+    cols = j * b.bk
+    s, keep = b.masking.scores(q, k_blk, row0, cols, block(bias, cols, b.bk, -1), block(mask, cols, b.bk, -1))
+    return s, v_blk, keep
+
+
+def _exp(s: Array, m: Array, finite: bool) -> Array:
+    """exp(s - m); where a row is masked so far (m = -inf), exp(-inf - 0) = 0."""
+    return jnp.exp(s - (m if finite else jnp.where(jnp.isneginf(m), 0.0, m)))
+
+
+def _query_block(
+    b: Blocks, q: Array, k: Array, v: Array, row0: Array, bias: Opt, mask: Opt, steps: Array | int
+) -> tuple[Array, Array, Array]:
+    """(softmax(scores) v, the scores' max m, sum of exp(scores - m)) for one query block over
+    ``steps`` key blocks: one pass when all keys form one block, else streamed with the stats form."""
+    s, v_blk, _ = _key_block(b, 0, q, k, v, row0, bias, mask)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    if b.nk == 1:  # the block's scores fit in cache: an exact softmax, normalized after the product
+        p = jnp.exp(s - m)
+        total = jnp.sum(p, axis=-1, keepdims=True)
+        return jnp.matmul(p, v_blk) / total, m, total
+    finite = b.masking.finite
+
+    def step(j: Array, carry: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
+        m, total, acc = carry
+        s, v_blk, _ = _key_block(b, j, q, k, v, row0, bias, mask)
+        m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
+        p = _exp(s, m_new, finite)
+        rescale = _exp(m, m_new, finite)
+        total = total * rescale + jnp.sum(p, axis=-1, keepdims=True)
+        return m_new, total, acc * rescale + jnp.matmul(p, v_blk)
+
+    # the first key block starts the stats (no zero-filled carry: it would lose the rows' sharding)
+    p = _exp(s, m, finite)
+    first = (m, jnp.sum(p, axis=-1, keepdims=True), jnp.matmul(p, v_blk))
+    m, total, acc = lax.fori_loop(1, steps, step, first)
+    return acc / total, m, total  # a fully masked row: 0 / 0 = NaN, as in naive softmax
+
+
+def _unblock(blocks: Array) -> Array:
+    """(n, ..., b, d) blocks back to (..., n * b, d)."""
+    moved = jnp.moveaxis(blocks, 0, -3)
+    return moved.reshape(*moved.shape[:-3], -1, moved.shape[-1])
+
+
+def _forward(b: Blocks, q: Array, k: Array, v: Array, bias: Opt, mask: Opt) -> tuple[Array, Array, Array]:
+    def query_block(i: Array) -> tuple[Array, Array, Array]:
+        rows = i * b.bq
+        qt = lax.dynamic_slice_in_dim(q, rows, b.bq, axis=q.ndim - 2)
+        bt, mt = block(bias, rows, b.bq, -2), block(mask, rows, b.bq, -2)
+        return _query_block(b, qt, k, v, rows, bt, mt, b.key_blocks(i))
+
+    blocks = lax.map(query_block, jnp.arange(b.nq))  # (nq, ..., bq, d): no preallocated output
+    return tuple(_unblock(x) for x in blocks)  # type: ignore[return-value]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def blocked_attention(b: Blocks, q: Array, k: Array, v: Array, bias: Opt, mask: Opt) -> Array:
+    """softmax(masked(q kᵀ + bias)) v over padded, scaled inputs, blocked as ``b`` says."""
+    return _forward(b, q, k, v, bias, mask)[0]
+
+
+def _fwd(b: Blocks, q: Array, k: Array, v: Array, bias: Opt, mask: Opt) -> tuple[Array, tuple[Opt, ...]]:
+    out, m, total = _forward(b, q, k, v, bias, mask)
+    return out, (q, k, v, bias, mask, out, m, total)
+
+
+def _backward_block(b: Blocks, i: Array, j: Array, res: tuple[Opt, ...], grads: Grads) -> Grads:
+    """Adds query block ``i`` × key block ``j``'s share to the gradients: the probabilities are
+    recomputed from the saved stats, ``ds = p (dO vᵀ - rowsum(dO ∘ O))``."""
+    q, k, v, bias, mask, g, m, total, delta = res
+    dq, dbias, dk, dv = grads
+    rows, cols = i * b.bq, j * b.bk
+    qt, gt, m_t, total_t, delta_t = (block(t, rows, b.bq, -2) for t in (q, g, m, total, delta))
+    bt, mt = block(bias, rows, b.bq, -2), block(mask, rows, b.bq, -2)
+    s, v_blk, keep = _key_block(b, j, qt, k, v, rows, bt, mt)
+    p = _exp(s, m_t, b.masking.finite) / total_t
+    ds = p * (jnp.einsum("...qd,...kd->...qk", gt, v_blk) - delta_t)
+    if keep is not None:  # a masked score is the fill, a constant (a fully masked row's NaN stays out)
+        ds = jnp.where(keep, ds, 0.0)
+    dv = dv + _unbroadcast(jnp.einsum("...qk,...qd->...kd", p, gt), dv.shape)
+    dk = dk + _unbroadcast(jnp.einsum("...qk,...qd->...kd", ds, qt), dk.shape)
+    dq = _add_block(dq, jnp.einsum("...qk,...kd->...qd", ds, block(k, cols, b.bk, -2)), {-2: rows})
+    if dbias is not None:  # the bias's block: 1 along the axes it broadcasts
+        target = (*dbias.shape[:-2], min(dbias.shape[-2], b.bq), min(dbias.shape[-1], b.bk))
+        dbias = _add_block(dbias, _unbroadcast(ds, target), {-2: rows, -1: cols})
+    return dq, dbias, dk, dv
+
+
+def _bwd(b: Blocks, residuals: tuple[Opt, ...], g: Array) -> tuple[Array, Array, Array, Opt, None]:
+    q, k, v, bias, mask, out, m, total = residuals
+    assert q is not None and k is not None and v is not None and out is not None
+    res = (q, k, v, bias, mask, g, m, total, jnp.sum(g * out, axis=-1, keepdims=True))
+
+    def key_block(carry: tuple[Array, Opt], j: Array) -> tuple[tuple[Array, Opt], tuple[Array, Array]]:
+        dk, dv = (jnp.zeros_like(block(t, j * b.bk, b.bk, -2)) for t in (k, v))
+        dq, dbias, dk, dv = lax.fori_loop(
+            b.first_query_block(j),
+            b.nq,
+            lambda i, grads: _backward_block(b, i, j, res, grads),
+            (*carry, dk, dv),
+        )
+        return (dq, dbias), (dk, dv)
+
+    start = (jnp.zeros_like(q), None if bias is None else jnp.zeros_like(bias))
+    (dq, dbias), (dk, dv) = lax.scan(key_block, start, jnp.arange(b.nk))
+    return dq, _unblock(dk), _unblock(dv), dbias, None
+
+
+blocked_attention.defvjp(_fwd, _bwd)
