@@ -78,6 +78,42 @@ def linen_encoder(batch: int, seq: int, dim: int = 64, heads: int = 4, dtype: An
     return f, (x, mask)
 
 
+def linen_decoder_model(layers: int, width: int, heads: int, dtype: Any = jnp.float32) -> Any:
+    """A pre-LN causal decoder with flax linen (MultiHeadDotProductAttention, nn.make_causal_mask,
+    LayerNorm, a GELU MLP), ``layers`` blocks deep."""
+    import flax.linen as nn
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            mask = nn.make_causal_mask(jnp.ones(x.shape[:2]))
+            attention = nn.MultiHeadDotProductAttention(num_heads=heads, dtype=dtype)
+            x = x + attention(nn.LayerNorm(dtype=dtype)(x), mask=mask)
+            h = nn.Dense(4 * width, dtype=dtype)(nn.LayerNorm(dtype=dtype)(x))
+            return x + nn.Dense(width, dtype=dtype)(nn.gelu(h))
+
+    class Decoder(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            for _ in range(layers):
+                x = Block()(x)
+            return nn.LayerNorm(dtype=dtype)(x)
+
+    return Decoder()
+
+
+def linen_decoder(batch: int, seq: int, dim: int = 64, heads: int = 4, dtype: Any = jnp.float32) -> Case:
+    """One block of the linen causal decoder (its mask a float 0/1 tensor compared back to bool)."""
+    model = linen_decoder_model(1, dim, heads, dtype)
+    x = _x(batch, seq, dim, dtype)
+    params = model.init(jax.random.key(0), x)
+
+    def f(x: jax.Array) -> jax.Array:
+        return model.apply(params, x)
+
+    return f, (x,)
+
+
 def equinox_attention(batch: int, seq: int, dim: int = 64, heads: int = 4, dtype: Any = jnp.float32) -> Case:
     """equinox.nn.MultiheadAttention (per example, vmapped over the batch) with a causal mask."""
     import equinox as eqx
@@ -143,6 +179,7 @@ CASES: dict[str, Callable[..., Any]] = {
     "flax-nnx-mha": nnx_attention,
     "flax-nnx-causal": nnx_causal_attention,
     "flax-linen-encoder": linen_encoder,
+    "flax-linen-decoder": linen_decoder,
     "equinox-mha": equinox_attention,
     "equinox-mlp": equinox_mlp,
     **{

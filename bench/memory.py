@@ -6,6 +6,7 @@ memory claims are measured here instead:
 
     python -m bench.memory attention 4096 eqsat     # prints the peak RSS growth in bytes
     python -m bench.memory flax-nnx-mha 2048 jax    # a library model (bench/library_models.py)
+    python -m bench.memory attention-float32-b1-s4096-train 0 eqsat   # bench/long_context.py
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ def _run(case: str, size: int, variant: str) -> dict[str, Any]:
     import eqsat
     from eqsat.lowering import lower
 
+    if case.startswith(("attention-", "decoder-")):  # bench/long_context.py's cases, size in the name
+        from bench.long_context import build
+
+        fns, call_args = build(case)
+        compiled = fns[variant].lower(*call_args).compile()
+        return _peak(compiled, call_args)
     fn, args = _case(case)(size)
     leaves = jax.tree_util.tree_leaves(args)
     if variant == "eqsat":
@@ -54,6 +61,10 @@ def _run(case: str, size: int, variant: str) -> dict[str, Any]:
         compiled, call_args = jax.jit(lower(program)).lower(*leaves).compile(), leaves
     else:
         compiled, call_args = jax.jit(fn).lower(*args).compile(), args
+    return _peak(compiled, call_args)
+
+
+def _peak(compiled: Any, call_args: Any) -> dict[str, Any]:
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS high-water mark (Linux)
     before = _status_kib("VmRSS")
     jax.block_until_ready(compiled(*call_args))

@@ -1,6 +1,7 @@
 """Folding of ``full``: a constant of one value stays a constant under expand, reshape, transpose, and
 its square root is a constant (``scores / jnp.sqrt(d)`` then becomes a scale); the identities of
-masks built from constants (``jnp.tril``'s ``where(c, True, False)``, ``True & m``, ``i + 0``)."""
+masks built from constants (``jnp.tril``'s ``where(c, True, False)``, ``True & m``, ``i + 0``,
+``cast(c) != 0``)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,15 @@ RULES += [
             for z in ("(vec-empty)", "s")
         ),
         lambda rng: {**_mask_example(rng), "a": float(rng.choice([1.0, -2.5])), "d": "float32"},
+    ),
+    Rule(
+        "cast-bool-ne-zero",
+        "cast(c) != 0 is c for a boolean c (flax linen's float causal mask compared back to bool)",
+        tuple(
+            Variant(f"(Ne (Cast c d) (Full {z} 0.0 d))", "c", ('(= (dtype c) "bool")', "(= (shape c) s)"))
+            for z in ("(vec-empty)", "s")
+        ),
+        lambda rng: {**_mask_example(rng), "d": str(rng.choice(["float32", "bfloat16", "int8"]))},
     ),
     Rule(
         "and-true",

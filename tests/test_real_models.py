@@ -18,6 +18,7 @@ EXPECTED = {
     "flax-nnx-mha": (1, 4),
     "flax-nnx-causal": (1, 4),
     "flax-linen-encoder": (1, 6),
+    "flax-linen-decoder": (1, 6),
     "equinox-mha": (1, 2),
     "equinox-mlp": (0, 2),
     "jax-dpa-plain": (1, 0),
@@ -26,7 +27,7 @@ EXPECTED = {
     "jax-dpa-causal": (1, 0),
     "jax-dpa-gqa": (1, 0),
 }
-CAUSAL = {"flax-nnx-causal", "equinox-mha", "jax-dpa-causal"}
+CAUSAL = {"flax-nnx-causal", "flax-linen-decoder", "equinox-mha", "jax-dpa-causal"}
 TOLERANCE = {"float32": 2e-5, "bfloat16": 5e-2}
 
 
@@ -52,3 +53,18 @@ def test_library_model_is_recognized_and_matches_jax(name, batch, dtype):
     assert counts.get("linear", 0) == biased, counts
     assert "opaque" not in {op.name for op in result.program.live_ops()}, counts
     assert all(op.attrs["causal"] == (name in CAUSAL) for op in attention), attention
+
+
+@pytest.mark.parametrize("name", ["flax-linen-decoder", "flax-nnx-causal", "jax-dpa-gqa"])
+def test_gradients_through_eqsat_jit_match_jax(name):
+    """jax.value_and_grad through eqsat.jit (a training step's shape) matches jax.jit's."""
+    fn, args = CASES[name](2, 16)
+
+    def loss(*xs):
+        return jnp.mean(jnp.square(fn(*xs)))
+
+    argnums = tuple(range(len(args)))
+    got = jax.jit(jax.value_and_grad(eqsat.jit(loss), argnums=argnums))(*args)
+    want = jax.jit(jax.value_and_grad(loss, argnums=argnums))(*args)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-6)

@@ -1,0 +1,164 @@
+"""Long sequences and training: causal attention and a 2-layer flax decoder, eqsat.jit against
+jax.jit, forward and training step.
+
+Causal attention is written as libraries write it (``einsum`` in BSHD layout, a ``jnp.where`` mask
+from ``arange``, ``jax.nn.softmax``), 8 heads of 64. A training step is ``jax.value_and_grad`` of a
+loss through the function: ``jax.jit(value_and_grad(eqsat.jit(loss)))`` against
+``jax.jit(value_and_grad(loss))``. Times are medians of interleaved calls in one process; peak memory
+is the growth of peak RSS during one call in a fresh process (``bench.memory``), measured first: a
+side that runs out of memory there is recorded as such and not timed.
+
+    python -m bench.long_context            # all rows -> bench/long_context.json
+    python -m bench.long_context --quick    # S = 512 and 1024, batch 1, float32
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import eqsat
+from bench.common import interleaved, max_abs_diff, write
+from bench.library_models import linen_decoder_model
+from bench.memory import peak_rss_growth
+
+LENGTHS = (512, 1024, 2048, 4096, 8192)
+BATCHES = (1, 4)
+DTYPES = ("float32", "bfloat16")
+HEADS, HEAD_DIM = 8, 64
+DECODER_LENGTHS = (1024, 4096)
+DECODER_WIDTH, DECODER_HEADS = 256, 4
+REPEATS = 5
+
+Variants = dict[str, Callable[..., Any]]
+
+
+def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """Causal self-attention as libraries write it: (B, S, H, D) in and out."""
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    i = jnp.arange(q.shape[1])
+    s = jnp.where(i[:, None] >= i[None, :], s, -jnp.inf)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+
+def _attention_loss(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    return jnp.mean(jnp.square(causal_attention(q, k, v).astype(jnp.float32)))
+
+
+def _normal(shape: tuple[int, ...], dtype: Any, seed: int) -> jax.Array:
+    return jnp.asarray(np.random.default_rng(seed).normal(size=shape), dtype)
+
+
+def build(case: str) -> tuple[Variants, tuple[Any, ...]]:
+    """The eqsat and jax callables of a case and its arguments. Cases are named
+    ``attention-<dtype>-b<batch>-s<seq>-<forward|train>`` or ``decoder-s<seq>-<forward|train>``."""
+    kind, *fields, mode = case.split("-")
+    seq = int(fields[-1].removeprefix("s"))
+    if kind == "attention":
+        dtype, batch = jnp.dtype(fields[0]), int(fields[1].removeprefix("b"))
+        args = tuple(_normal((batch, seq, HEADS, HEAD_DIM), dtype, seed) for seed in range(3))
+        forward, loss = causal_attention, _attention_loss
+        argnums: tuple[int, ...] = (0, 1, 2)
+    else:
+        model = linen_decoder_model(2, DECODER_WIDTH, DECODER_HEADS)
+        x = _normal((1, seq, DECODER_WIDTH), jnp.float32, 0)
+        args = (model.init(jax.random.key(0), x[:, :8]), x)
+
+        def forward(params: Any, x: jax.Array) -> jax.Array:
+            return model.apply(params, x)
+
+        def loss(params: Any, x: jax.Array) -> jax.Array:
+            return jnp.mean(jnp.square(forward(params, x)))
+
+        argnums = (0,)
+    if mode == "forward":
+        return {"eqsat": eqsat.jit(forward), "jax": jax.jit(forward)}, args
+    return {
+        "eqsat": jax.jit(jax.value_and_grad(eqsat.jit(loss), argnums=argnums)),
+        "jax": jax.jit(jax.value_and_grad(loss, argnums=argnums)),
+    }, args
+
+
+def _memory(case: str, variant: str) -> int | None:
+    """Peak RSS growth of one call in a fresh process, or None when that process runs out of memory."""
+    try:
+        return peak_rss_growth(case, 0, variant)
+    except subprocess.CalledProcessError:
+        return None
+
+
+def measure(case: str, repeats: int = REPEATS) -> dict[str, Any]:
+    memory = {v: _memory(case, v) for v in ("eqsat", "jax")}
+    fns, args = build(case)
+    runs = {v: (lambda fn=fn: fn(*args)) for v, fn in fns.items() if memory[v] is not None}
+    times = interleaved(runs, repeats) if runs else {}
+    row: dict[str, Any] = {"case": case, "repeats": repeats}
+    for v in ("eqsat", "jax"):
+        row[f"{v}_s"] = times.get(v)
+        row[f"{v}_peak_rss_bytes"] = memory[v]
+    if len(times) == 2:
+        row["speedup"] = times["jax"] / times["eqsat"]
+        row["max_abs_diff"] = max_abs_diff(runs["eqsat"](), runs["jax"]())
+    if memory["eqsat"] and memory["jax"]:
+        row["memory_ratio"] = memory["jax"] / memory["eqsat"]
+    return row
+
+
+def cases(quick: bool) -> list[str]:
+    if quick:
+        return [f"attention-float32-b1-s{s}-{m}" for s in (512, 1024) for m in ("forward", "train")]
+    rows = [
+        f"attention-{d}-b{b}-s{s}-{m}"
+        for d in DTYPES
+        for b in BATCHES
+        for s in LENGTHS
+        for m in ("forward", "train")
+    ]
+    return rows + [f"decoder-s{s}-{m}" for s in DECODER_LENGTHS for m in ("forward", "train")]
+
+
+def _cell(seconds: float | None, memory: int | None) -> str:
+    if memory is None:
+        return "out of memory"
+    return f"{seconds * 1e3:.0f} ms, {memory / 2**20:.0f} MiB" if seconds is not None else "—"
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| case | eqsat.jit (time, peak RSS) | jax.jit (time, peak RSS) | speedup | memory ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        speedup = f"{r['speedup']:.2f}x" if "speedup" in r else "—"
+        ratio = f"{r['memory_ratio']:.1f}x" if "memory_ratio" in r else "—"
+        eq = _cell(r["eqsat_s"], r["eqsat_peak_rss_bytes"])
+        jx = _cell(r["jax_s"], r["jax_peak_rss_bytes"])
+        lines.append(f"| {r['case']} | {eq} | {jx} | {speedup} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="S = 512 and 1024, batch 1, float32")
+    parser.add_argument("--cases", nargs="*", help="these cases only (names as in the JSON)")
+    opts = parser.parse_args(argv)
+    rows = []
+    for case in opts.cases or cases(opts.quick):
+        rows.append(measure(case))
+        print(markdown(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    path = write("long_context", {"heads": HEADS, "head_dim": HEAD_DIM, "rows": rows})
+    print(markdown(rows))
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
