@@ -78,15 +78,17 @@ def linen_encoder(batch: int, seq: int, dim: int = 64, heads: int = 4, dtype: An
     return f, (x, mask)
 
 
-def linen_decoder_model(layers: int, width: int, heads: int, dtype: Any = jnp.float32) -> Any:
-    """A pre-LN causal decoder with flax linen (MultiHeadDotProductAttention, nn.make_causal_mask,
-    LayerNorm, a GELU MLP), ``layers`` blocks deep."""
+def linen_transformer(
+    layers: int, width: int, heads: int, dtype: Any = jnp.float32, causal: bool = True
+) -> Any:
+    """A pre-LN transformer with flax linen (MultiHeadDotProductAttention, LayerNorm, a GELU MLP),
+    ``layers`` blocks deep: a decoder (``nn.make_causal_mask``) or an encoder (no mask)."""
     import flax.linen as nn
 
     class Block(nn.Module):
         @nn.compact
         def __call__(self, x: jax.Array) -> jax.Array:
-            mask = nn.make_causal_mask(jnp.ones(x.shape[:2]))
+            mask = nn.make_causal_mask(jnp.ones(x.shape[:2])) if causal else None
             attention = nn.MultiHeadDotProductAttention(num_heads=heads, dtype=dtype)
             x = x + attention(nn.LayerNorm(dtype=dtype)(x), mask=mask)
             h = nn.Dense(4 * width, dtype=dtype)(nn.LayerNorm(dtype=dtype)(x))
@@ -104,7 +106,7 @@ def linen_decoder_model(layers: int, width: int, heads: int, dtype: Any = jnp.fl
 
 def linen_decoder(batch: int, seq: int, dim: int = 64, heads: int = 4, dtype: Any = jnp.float32) -> Case:
     """One block of the linen causal decoder (its mask a float 0/1 tensor compared back to bool)."""
-    model = linen_decoder_model(1, dim, heads, dtype)
+    model = linen_transformer(1, dim, heads, dtype)
     x = _x(batch, seq, dim, dtype)
     params = model.init(jax.random.key(0), x)
 

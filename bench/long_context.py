@@ -26,7 +26,7 @@ import numpy as np
 
 import eqsat
 from bench.common import interleaved, max_abs_diff, write
-from bench.library_models import linen_decoder_model
+from bench.library_models import linen_transformer
 from bench.memory import peak_rss_growth
 
 LENGTHS = (512, 1024, 2048, 4096, 8192)
@@ -67,7 +67,7 @@ def build(case: str) -> tuple[Variants, tuple[Any, ...]]:
         forward, loss = causal_attention, _attention_loss
         argnums: tuple[int, ...] = (0, 1, 2)
     else:
-        model = linen_decoder_model(2, DECODER_WIDTH, DECODER_HEADS)
+        model = linen_transformer(2, DECODER_WIDTH, DECODER_HEADS)
         x = _normal((1, seq, DECODER_WIDTH), jnp.float32, 0)
         args = (model.init(jax.random.key(0), x[:, :8]), x)
 

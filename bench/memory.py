@@ -66,12 +66,12 @@ def _run(case: str, size: int, variant: str) -> dict[str, Any]:
 
 def _peak(compiled: Any, call_args: Any) -> dict[str, Any]:
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS high-water mark (Linux)
-    before = _status_kib("VmRSS")
+    before = status_kib("VmRSS")
     jax.block_until_ready(compiled(*call_args))
-    return {"peak_rss_growth": (_status_kib("VmHWM") - before) * 1024}
+    return {"peak_rss_growth": (status_kib("VmHWM") - before) * 1024}
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])

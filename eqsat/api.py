@@ -5,19 +5,20 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 import jax
 
 from eqsat.cost import CostModel, get_cost_model
-from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog, new_egraph
+from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog
 from eqsat.extract import TIE_BREAK, greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
+from eqsat.repeats import Repeats, find_repeats
 from eqsat.rules import Rule, select
-from eqsat.saturate import Iteration, Limits, SaturationReport, install, saturate
+from eqsat.saturate import Iteration, Limits, SaturationReport, fresh_egraph, saturate
 
 
 @dataclass
@@ -105,20 +106,69 @@ def optimize(
     """
     model = get_cost_model(cost)
     chosen = _resolve_rules(rules)
+    limits = limits or Limits()
+    repeats = find_repeats(program)
+    if repeats is not None:
+        result = _optimize_repeats(repeats, chosen, model, limits, progress, extractor)
+    else:
+        result = _optimize_whole(program, chosen, model, limits, progress, extractor)
+    if verify and result.report.saturation.stop_reason != "error":
+        from eqsat.verify import validate
+
+        t = time.perf_counter()
+        validate(result.original, result.program, rules_fired=sorted(result.report.rules_fired))
+        result.report.timings["verify"] = time.perf_counter() - t
+    return result
+
+
+def _optimize_repeats(
+    repeats: Repeats,
+    rules: list[Rule],
+    model: CostModel,
+    limits: Limits,
+    progress: Callable[[Iteration], None] | None,
+    extractor: str,
+) -> OptimizeResult:
+    """Optimize the prefix, one copy of the repeated block and the suffix side by side in one e-graph,
+    and put the program back together with every copy of the block rewritten alike."""
+    combined, boundaries = repeats.combined()
+    result = _optimize_whole(combined, rules, model, limits, progress, extractor)
+    parts = repeats.split(result.program, boundaries)
+    original = repeats.program
+    if parts is None:  # extraction tied one segment to another's values: optimize the whole program
+        return _optimize_whole(original, rules, model, limits, progress, extractor)
+    best = repeats.stitch(parts)
+    before, after = model.program_cost(original), model.program_cost(best)
+    block = repeats.segments[repeats.first]
+    note = f"a block of {len(block.ops)} ops repeats {repeats.count} times: optimized once, every copy alike"
+    if after > before:
+        best, after = original, before
+        note += "; extraction found nothing cheaper, the input is returned"
+    report = replace(result.report, cost_before=before, cost_after=after, note=note)
+    return OptimizeResult(best, original, report, result.egraph)
+
+
+def _optimize_whole(
+    program: Program,
+    chosen: list[Rule],
+    model: CostModel,
+    limits: Limits,
+    progress: Callable[[Iteration], None] | None,
+    extractor: str,
+) -> OptimizeResult:
+    """Saturate the whole program in one e-graph and extract from it."""
     timings: dict[str, float] = {}
     t = t_start = time.perf_counter()
     original, program = program, drop_unit_dims(program)
     enc = encode(program)
     timings["encode"] = time.perf_counter() - t
-    limits = limits or Limits()
 
     loads: list[float] = []  # seconds loading the program into egglog (again when replaying)
 
     def start() -> Any:
         t0 = time.perf_counter()
-        egraph = new_egraph()
+        egraph = fresh_egraph(chosen)
         egraph.parse_and_run_program(enc.commands)
-        install(egraph, chosen)
         loads.append(time.perf_counter() - t0)
         return egraph
 
@@ -146,12 +196,6 @@ def optimize(
     if after > before:
         best, after, note = original, before, "extraction found nothing cheaper; the input is returned"
     report = Report(sat, model.name, before, after, timings, note, extractor)
-    if verify:
-        from eqsat.verify import validate
-
-        t = time.perf_counter()
-        validate(original, best, rules_fired=sorted(report.rules_fired))
-        timings["verify"] = time.perf_counter() - t
     return OptimizeResult(best, original, report, graph)
 
 

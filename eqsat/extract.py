@@ -3,12 +3,13 @@
 ``greedy_dag`` keeps, for every class, its best node and the set of classes its sub-DAG uses, so a
 shared subterm is paid once within a class's sub-DAG; a node whose sub-DAG would contain its own class
 is never chosen, so the result is acyclic. It cannot see sharing across roots (three outputs reading one
-merged matmul). ``ilp`` is exact: an integer program over the whole e-graph, solved by HiGHS with a time
-limit and a greedy warm start.
+merged matmul). ``ilp`` is exact: an integer program over the classes the roots reach (one per group
+of roots that share nothing to choose), solved by HiGHS with a time limit and a greedy warm start.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -67,6 +68,10 @@ class Extraction:
 
     def __call__(self, cid: str) -> Node:
         return self._best[cid][2]
+
+    def restricted(self, classes: set[str]) -> dict[str, tuple[float, dict[str, float], Node]]:
+        """The choices for ``classes`` (those it has)."""
+        return {c: self._best[c] for c in classes if c in self._best}
 
     def uses(self, cid: str) -> set[str]:
         """The classes in the sub-DAG chosen for ``cid`` (itself included)."""
@@ -140,15 +145,107 @@ def ilp(
     class ``a`` reads class ``b``). Warm-started from ``warm`` (greedy by default); if HiGHS finds
     nothing better within ``time_limit_s``, the warm start is returned.
     """
-    import highspy
-
     warm = warm or greedy_tree(graph, model, constants)
     costs = node_costs(graph, model, constants)
-    nodes = [n for ns in graph.classes.values() for n in ns]
+    deadline = time.perf_counter() + time_limit_s
+    best: dict[str, tuple[float, dict[str, float], Node]] = {}
+    for group, classes in _independent(graph, roots):
+        left = max(deadline - time.perf_counter(), 0.01)
+        best |= _solve(graph, costs, group, classes, left, warm)
+    return Extraction(best) if all(r in best for r in roots) else warm
+
+
+def _cyclic_components(graph: Serialized, classes: set[str]) -> dict[str, int]:
+    """The classes on a cycle of the class graph (class -> the child classes its nodes read), each
+    with the number of its strongly connected component (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: dict[str, int] = {}
+
+    def kids(c: str) -> list[str]:
+        return list(dict.fromkeys(k for n in graph.classes[c] for k in _children(graph, n) if k in classes))
+
+    for root in classes:
+        if root in index:
+            continue
+        work = [(root, iter(kids(root)))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            c, it = work[-1]
+            child = next(it, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[c])
+                if low[c] == index[c]:
+                    members = []
+                    while True:
+                        m = stack.pop()
+                        on_stack.discard(m)
+                        members.append(m)
+                        if m == c:
+                            break
+                    if len(members) > 1:
+                        number = len(set(found.values()))
+                        found.update(dict.fromkeys(members, number))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(kids(child))))
+            elif child in on_stack:
+                low[c] = min(low[c], index[child])
+    return found
+
+
+def _reachable(graph: Serialized, root: str) -> set[str]:
+    seen, stack = {root}, [root]
+    while stack:
+        for node in graph.classes[stack.pop()]:
+            for child in _children(graph, node):
+                if child not in seen:
+                    seen.add(child)
+                    stack.append(child)
+    return seen
+
+
+def _independent(graph: Serialized, roots: list[str]) -> list[tuple[list[str], set[str]]]:
+    """The roots in groups that share no class with a choice or an operand (a program of several
+    independent parts: each part's integer program is solved on its own), with each group's classes.
+    Leaf classes of one node (an input, a constant) may be shared: there is nothing to choose there."""
+    groups: list[tuple[list[str], set[str]]] = []
+    for root in dict.fromkeys(roots):
+        classes = _reachable(graph, root)
+        coupling = {c for c in classes if len(graph.classes[c]) > 1 or _children(graph, graph.classes[c][0])}
+        merged = [g for g in groups if coupling & g[1]]
+        for g in merged:
+            groups.remove(g)
+        groups.append(([r for g in merged for r in g[0]] + [root], classes.union(*(g[1] for g in merged))))
+    return groups
+
+
+def _solve(
+    graph: Serialized,
+    costs: dict[str, float],
+    roots: list[str],
+    classes: set[str],
+    time_limit_s: float,
+    warm: Extraction,
+) -> dict[str, tuple[float, dict[str, float], Node]]:
+    """The integer program over ``classes`` (those reachable from ``roots``): the choice per class
+    HiGHS finds, or the warm start's where it finds no solution."""
+    import highspy
+
+    nodes = [n for c in graph.classes if c in classes for n in graph.classes[c]]
     col = {n.id: i for i, n in enumerate(nodes)}
-    cls = {c: len(nodes) + i for i, c in enumerate(graph.classes)}
+    component = _cyclic_components(graph, classes)  # only a class on a cycle needs an order variable
+    cls = {c: len(nodes) + i for i, c in enumerate(c for c in graph.classes if c in component)}
     big = float(len(cls) + 1)
-    scale = 1e6 / max(max(costs.values(), default=1.0), 1e-30)
+    scale = 1e6 / max(max((costs[n.id] for n in nodes), default=1.0), 1e-30)
     inf = highspy.kHighsInf
     rows: list[tuple[dict[int, float], float, float]] = []
     upper = [1.0] * len(nodes) + [big] * len(cls)
@@ -162,7 +259,8 @@ def ilp(
             coeffs = {col[m.id]: 1.0 for m in graph.classes[child]}
             coeffs[col[n.id]] = coeffs.get(col[n.id], 0.0) - 1.0
             rows.append((coeffs, 0.0, inf))
-            rows.append(({cls[n.eclass]: 1.0, cls[child]: -1.0, col[n.id]: -big}, 1.0 - big, inf))
+            if component.get(child, -1) == component.get(n.eclass, -2):  # an edge that may close a cycle
+                rows.append(({cls[n.eclass]: 1.0, cls[child]: -1.0, col[n.id]: -big}, 1.0 - big, inf))
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = len(upper), len(rows)
     lp.col_cost_ = np.array([costs[n.id] * scale for n in nodes] + [0.0] * len(cls))
@@ -190,16 +288,15 @@ def ilp(
     h.run()
     solution = h.getSolution()
     if not solution.value_valid:
-        return warm
+        return warm.restricted(classes)
     x = solution.col_value
     best: dict[str, tuple[float, dict[str, float], Node]] = {}
-    for cid, ns in graph.classes.items():
-        picked = [n for n in ns if x[col[n.id]] > 0.5]
+    for cid in classes:
+        picked = [n for n in graph.classes[cid] if x[col[n.id]] > 0.5]
         if picked:
             node = min(picked, key=lambda n: costs[n.id])
             best[cid] = (costs[node.id], {cid: costs[node.id]}, node)
-    chosen = Extraction(best)
-    return chosen if all(r in best for r in roots) else warm
+    return best
 
 
 def _warm_solution(
@@ -224,7 +321,8 @@ def _warm_solution(
             stack.pop()
             depth[cid] = 1 + max((depth[c] for c in _children(graph, node)), default=-1)
             values[col[node.id]] = 1.0
-            values[cls[cid]] = depth[cid]
+            if cid in cls:
+                values[cls[cid]] = depth[cid]
     sol = highspy.HighsSolution()
     sol.col_value = values
     return sol

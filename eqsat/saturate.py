@@ -10,14 +10,15 @@ dropped), which bounds how much one iteration can grow the e-graph before the li
 from __future__ import annotations
 
 import re
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from egglog import bindings
 
-from eqsat.egraph import ANALYSIS, REWRITES
+from eqsat.egraph import ANALYSIS, REWRITES, new_egraph
 from eqsat.rules import Rule
 
 # Analysis rules are named shape-*/dtype-* or unnamed (their key is their text); rewrite rules are named.
@@ -36,7 +37,7 @@ class Limits:
     timeout_s: float = 10.0
     match_limit: int = 2_000
     ban_length: int = 5
-    ilp_timeout_s: float = 1.0
+    ilp_timeout_s: float = 0.3
 
 
 @dataclass
@@ -86,6 +87,37 @@ def install(egraph: bindings.EGraph, rules: Iterable[Rule]) -> None:
     text = "\n".join([*preludes, *(line for r in rules for line in r.egglog(REWRITES))])
     if text:
         egraph.parse_and_run_program(text)
+
+
+class _Prepared(threading.local):
+    """Per thread: e-graphs holding the schema and one rule set, by rule set (the latest few)."""
+
+    def __init__(self) -> None:
+        self.egraphs: dict[tuple[Rule, ...], bindings.EGraph] = {}
+
+
+_PREPARED = _Prepared()
+_PREPARED_KEPT = 4
+
+
+def fresh_egraph(rules: Sequence[Rule]) -> bindings.EGraph:
+    """An e-graph with the schema and ``rules`` installed and nothing else. Installing the rules takes
+    ~0.3 s, so each rule set's e-graph is made once (per thread) and handed out again reset to that
+    state: egglog's ``push`` saves it (a copy of an e-graph with no terms, ~0.05 s), ``pop`` restores
+    it. An e-graph handed out before is reset by the next call for the same rules."""
+    key = tuple(rules)
+    egraphs = _PREPARED.egraphs
+    egraph = egraphs.pop(key, None)
+    if egraph is None:
+        egraph = new_egraph()
+        install(egraph, rules)
+    else:
+        egraph.parse_and_run_program("(pop)")
+    egraph.parse_and_run_program("(push)")
+    egraphs[key] = egraph  # most recently used last
+    while len(egraphs) > _PREPARED_KEPT:
+        del egraphs[next(iter(egraphs))]
+    return egraph
 
 
 NODE_SLACK = 1.5  # the e-graph may end this far above max_nodes, never further

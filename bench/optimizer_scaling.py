@@ -1,0 +1,124 @@
+"""Optimizer overhead: how trace + optimize time and memory grow with depth, and what eqsat.jit's first
+call costs over jax.jit's.
+
+Each measurement runs in a fresh process (module imports excluded, the one-time rule installation
+included, as a user's first call pays it):
+
+- BERT-base (width 768, 12 heads, S = 128) with 1, 12, 24 and 48 layers: trace and optimize seconds,
+  the optimizer's peak RSS growth, e-graph size, and the optimized op counts per layer (identical
+  layers must be optimized identically);
+- a 2-layer flax linen encoder (width 256, 4 heads, S = 128): seconds of the first call (trace,
+  optimize, compile, run) of eqsat.jit and of jax.jit, median of fresh processes.
+
+    python -m bench.optimizer_scaling     # -> bench/optimizer_scaling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from bench.common import write
+from bench.memory import status_kib
+
+DEPTHS = (1, 12, 24, 48)
+FIRST_CALL_RUNS = 5
+
+
+def _optimize_bert(layers: int) -> dict[str, Any]:
+    import eqsat
+    from bench import models
+
+    fn, args = models.make_bert(layers, 128)
+    t = time.perf_counter()
+    program = eqsat.from_jax(fn, *args)
+    trace_s = time.perf_counter() - t
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS mark (Linux)
+    before = status_kib("VmRSS")
+    t = time.perf_counter()
+    result = eqsat.optimize(program)
+    optimize_s = time.perf_counter() - t
+    last = result.report.saturation.iterations[-1]
+    return {
+        "layers": layers,
+        "ops": len(program.ops),
+        "trace_s": trace_s,
+        "optimize_s": optimize_s,
+        "optimize_peak_rss_growth_bytes": (status_kib("VmHWM") - before) * 1024,
+        "process_peak_rss_bytes": status_kib("VmHWM") * 1024,
+        "egraph_nodes": last.nodes,
+        "ops_after": result.program.op_counts(),
+        "note": result.report.note,
+    }
+
+
+def _first_call(variant: str) -> dict[str, Any]:
+    import jax.numpy as jnp
+    import numpy as np
+
+    import eqsat
+    from bench.library_models import linen_transformer
+
+    model = linen_transformer(2, 256, 4, causal=False)
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(1, 128, 256)), jnp.float32)
+    params = model.init(jax.random.key(0), x)
+    jax.block_until_ready(params)
+    wrap = eqsat.jit if variant == "eqsat" else jax.jit
+    fn = wrap(model.apply)
+    t = time.perf_counter()
+    jax.block_until_ready(fn(params, x))
+    return {"first_call_s": time.perf_counter() - t}
+
+
+def _fresh(*args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.optimizer_scaling", "--child", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    opts = parser.parse_args(argv)
+    if opts.child:
+        kind, arg = opts.child
+        print(json.dumps(_optimize_bert(int(arg)) if kind == "bert" else _first_call(arg)))
+        return
+    rows = []
+    for layers in DEPTHS:
+        rows.append(_fresh("bert", str(layers)))
+        r = rows[-1]
+        print(
+            f"BERT x{layers}: trace {r['trace_s']:.2f} s, optimize {r['optimize_s']:.2f} s, "
+            f"optimizer RSS +{r['optimize_peak_rss_growth_bytes'] / 2**20:.0f} MiB",
+            file=sys.stderr,
+        )
+    first: dict[str, list[float]] = {"eqsat": [], "jax": []}
+    for _ in range(FIRST_CALL_RUNS):  # interleaved fresh processes
+        for variant in first:
+            first[variant].append(_fresh("first", variant)["first_call_s"])
+    medians = {k: statistics.median(v) for k, v in first.items()}
+    print(f"first call of a 2-layer encoder: {medians}", file=sys.stderr)
+    path = write(
+        "optimizer_scaling",
+        {"bert": rows, "encoder_first_call_s": first, "encoder_first_call_median_s": medians},
+    )
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
