@@ -15,6 +15,7 @@ side that runs out of memory there is recorded as such and not timed.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqsat
-from bench.common import interleaved, max_abs_diff, write
+from bench.common import OUT, interleaved, max_abs_diff, write
 from bench.library_models import linen_transformer
 from bench.memory import peak_rss_growth
 
@@ -144,17 +145,30 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _merged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of bench/long_context.json with ``rows`` in place of those of the same case."""
+    path = OUT / "long_context.json"
+    old = json.loads(path.read_text())["rows"] if path.exists() else []
+    new = {r["case"]: r for r in rows}
+    merged = [new.pop(r["case"], r) for r in old]
+    return merged + list(new.values())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="S = 512 and 1024, batch 1, float32")
-    parser.add_argument("--cases", nargs="*", help="these cases only (names as in the JSON)")
+    parser.add_argument(
+        "--cases", nargs="*", help="re-measure these cases only (names as in the JSON), replacing their rows"
+    )
     opts = parser.parse_args(argv)
     rows = []
     for case in opts.cases or cases(opts.quick):
         rows.append(measure(case))
         print(markdown(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    if opts.cases:  # re-measured cases replace their rows in the last full run's file
+        rows = _merged(rows)
     path = write("long_context", {"heads": HEADS, "head_dim": HEAD_DIM, "rows": rows})
     print(markdown(rows))
     print(f"wrote {path}", file=sys.stderr)
