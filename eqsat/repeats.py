@@ -151,15 +151,25 @@ def find_repeats(program: Program) -> Repeats | None:
     sizes = [len(ops) for ops, _, _ in chunks]
     sigs = [hash(_signature(program, ops, carry)[0]) for ops, carry, _ in chunks]
     leading = list(itertools.accumulate(sizes, initial=0))  # ops before each chunk
-    best: tuple[int, int, int, Chunk | None] | None = None  # (ops covered, start, period, first layer)
+    # (ops the run may cover, ops it covers for sure, start, period, copies, may the first layer be one)
+    candidates = []
     for start, period, count in _runs(sigs, sizes, leading):
-        block = _join(chunks[start : start + period])
+        block_ops = leading[start + period] - leading[start]
+        maybe_first = leading[start] == block_ops and chunks[0][1] is None
+        potential = (count + maybe_first) * block_ops
+        candidates.append((potential, count * block_ops, start, period, count, maybe_first))
+    candidates.sort(key=lambda c: (-c[0], c[3], c[2]))  # most ops first, then the shortest block
+    best: tuple[int, int, int, Chunk | None] | None = None  # (ops covered, start, period, first layer)
+    for potential, certain, start, period, count, maybe_first in candidates:
+        if best is not None and potential <= best[0]:
+            break
         first = None
-        if leading[start] == len(block[0]) and chunks[0][1] is None:
+        if maybe_first:  # the only candidates whose coverage needs a signature to know
+            block = _join(chunks[start : start + period])
             first = _first_layer(program, chunks[:start], _signature(program, block[0], block[1])[0])
-        copies = count + (first is not None)
-        if copies >= 2 and (best is None or copies * len(block[0]) > best[0]):
-            best = (copies * len(block[0]), start, period, first)
+        covered = certain + (potential - certain if first is not None else 0)
+        if count + (first is not None) >= 2 and (best is None or covered > best[0]):
+            best = (covered, start, period, first)
     if best is None:
         return None
     _, start, period, first = best
@@ -273,15 +283,17 @@ def _kind(program: Program, v: Value) -> str:
 def _runs(sigs: list[int], sizes: list[int], leading: list[int]) -> Iterator[tuple[int, int, int]]:
     """(start, period, copies) of the runs of identical consecutive groups of chunks of at least
     ``MIN_BLOCK_OPS`` ops: two copies or more, or one copy as long as all the ops before it (which may
-    be one more copy, cut finer)."""
+    be one more copy, cut finer). ``leading[i]``: the ops before chunk ``i``."""
     n = len(sigs)
     for period in range(1, n + 1):
         for start in range(n - period + 1):
-            block_ops = sum(sizes[start : start + period])
+            block_ops = leading[start + period] - leading[start]
             if block_ops < MIN_BLOCK_OPS:
                 continue
-            block, copies = sigs[start : start + period], 1
-            while sigs[start + copies * period : start + (copies + 1) * period] == block:
-                copies += 1
+            copies = 1
+            if start + 2 * period <= n and sigs[start] == sigs[start + period]:  # cheap test first
+                block = sigs[start : start + period]
+                while sigs[start + copies * period : start + (copies + 1) * period] == block:
+                    copies += 1
             if copies >= 2 or leading[start] == block_ops:
                 yield start, period, copies
