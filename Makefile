@@ -33,4 +33,6 @@ fuzz: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.rewrites
 	$(PY) -m bench.real_models
+	$(PY) -m bench.long_context
+	$(PY) -m bench.optimizer_scaling
 	$(PY) -m bench.suite

@@ -88,6 +88,22 @@ def _fresh(*args: str) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| BERT layers | ops | trace | optimize | optimizer peak RSS growth | e-nodes "
+        "| optimized ops per layer |",
+        "|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        per_layer = {k: v / r["layers"] for k, v in sorted(r["ops_after"].items())}
+        ops = ", ".join(f"{k} {v:g}" for k, v in per_layer.items())
+        lines.append(
+            f"| {r['layers']} | {r['ops']} | {r['trace_s']:.2f} s | {r['optimize_s']:.2f} s | "
+            f"{r['optimize_peak_rss_growth_bytes'] / 2**20:.0f} MiB | {r['egraph_nodes']} | {ops} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -117,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         "optimizer_scaling",
         {"bert": rows, "encoder_first_call_s": first, "encoder_first_call_median_s": medians},
     )
+    print(markdown(rows))
     print(f"wrote {path}", file=sys.stderr)
 
 

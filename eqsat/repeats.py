@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from eqsat.ir import Op, Program, Value
 
@@ -30,8 +30,7 @@ class Segment:
     ops: list[Op]
     carry: Value | None
     outputs: list[Value]
-    signature: tuple = ()
-    externals: list[Value] = field(default_factory=list)
+    externals: list[Value]
 
 
 @dataclass
@@ -201,9 +200,7 @@ def _segments(
 
 def _segment(program: Program, chunk: Chunk) -> Segment:
     ops, carry, outputs = chunk
-    segment = Segment(ops, carry, outputs)
-    segment.signature, segment.externals = _signature(program, ops, carry)
-    return segment
+    return Segment(ops, carry, outputs, _signature(program, ops, carry)[1])
 
 
 def _join(chunks: list[Chunk]) -> Chunk:
