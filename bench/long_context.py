@@ -88,11 +88,14 @@ def build(case: str) -> tuple[Variants, tuple[Any, ...]]:
 
 
 def _memory(case: str, variant: str) -> int | None:
-    """Peak RSS growth of one call in a fresh process, or None when that process runs out of memory."""
+    """Peak RSS growth of one call in a fresh process, or None when that process runs out of memory
+    (killed by the kernel); any other failure is raised."""
     try:
         return peak_rss_growth(case, 0, variant)
-    except subprocess.CalledProcessError:
-        return None
+    except subprocess.CalledProcessError as e:
+        if e.returncode < 0:
+            return None
+        raise RuntimeError(f"{case} ({variant}) failed:\n{e.stderr}") from e
 
 
 def measure(case: str, repeats: int = REPEATS) -> dict[str, Any]:
