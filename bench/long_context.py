@@ -89,11 +89,11 @@ def build(case: str) -> tuple[Variants, tuple[Any, ...]]:
 
 def _memory(case: str, variant: str) -> int | None:
     """Peak RSS growth of one call in a fresh process, or None when that process runs out of memory
-    (killed by the kernel); any other failure is raised."""
+    (killed by the kernel, or XLA's or Python's allocation failed); any other failure is raised."""
     try:
         return peak_rss_growth(case, 0, variant)
     except subprocess.CalledProcessError as e:
-        if e.returncode < 0:
+        if e.returncode < 0 or any(m in (e.stderr or "") for m in ("RESOURCE_EXHAUSTED", "MemoryError")):
             return None
         raise RuntimeError(f"{case} ({variant}) failed:\n{e.stderr}") from e
 
