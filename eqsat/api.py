@@ -141,6 +141,8 @@ def _optimize_repeats(
     before, after = model.program_cost(original), model.program_cost(best)
     block = repeats.segments[repeats.first]
     note = f"a block of {len(block.ops)} ops repeats {repeats.count} times: optimized once, every copy alike"
+    if result.report.note:  # e.g. why saturation returned its input
+        note += f"; {result.report.note}"
     if after > before:
         best, after = original, before
         note += "; extraction found nothing cheaper, the input is returned"
