@@ -9,10 +9,10 @@ stats ``m``, ``l`` per row (not ``m + log l``: with a fill like -1e9 a fully mas
 rounds to the fill, and its probabilities would come back as 1 instead of 1/S).
 
 The backward pass (FlashAttention-2) maps over key blocks, and for each visits the query blocks that
-see it: it recomputes the block's probabilities from the stats (``p = exp(s - m) / l``), accumulates the
-key block's ``dk``/``dv`` in registers-sized blocks, and adds the block's share into ``dq`` (and into the
-bias's gradient when there is a bias). Neither pass materializes the S×S scores, so memory stays
-O(S·D); under a causal mask both skip the blocks after the diagonal.
+see it: it recomputes the block's probabilities from the stats (``p = exp(s - m) / l``), accumulates
+the key block's ``dk``/``dv`` (carried through the loop over query blocks), and adds the block's share
+into ``dq`` (and into the bias's gradient when there is a bias). Neither pass materializes the S×S
+scores, so memory stays O(S·D); under a causal mask both skip the blocks after the diagonal.
 """
 
 from __future__ import annotations
