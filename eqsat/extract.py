@@ -163,6 +163,7 @@ def _cyclic_components(graph: Serialized, classes: set[str]) -> dict[str, int]:
     stack: list[str] = []
     on_stack: set[str] = set()
     found: dict[str, int] = {}
+    components = 0
 
     def kids(c: str) -> list[str]:
         return list(dict.fromkeys(k for n in graph.classes[c] for k in _children(graph, n) if k in classes))
@@ -190,8 +191,8 @@ def _cyclic_components(graph: Serialized, classes: set[str]) -> dict[str, int]:
                         if m == c:
                             break
                     if len(members) > 1:
-                        number = len(set(found.values()))
-                        found.update(dict.fromkeys(members, number))
+                        found.update(dict.fromkeys(members, components))
+                        components += 1
             elif child not in index:
                 index[child] = low[child] = len(index)
                 stack.append(child)

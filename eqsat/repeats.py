@@ -91,7 +91,7 @@ class Repeats:
             first_output += len(outputs)
             allowed = {id(v) for v in boundary}
             needed: dict[int, Op] = {}
-            stack = [v for v in outputs]
+            stack = list(outputs)
             while stack:
                 v = stack.pop()
                 op = producer.get(id(v))
@@ -152,7 +152,8 @@ def find_repeats(program: Program) -> Repeats | None:
     if not 2 <= len(chunks) <= MAX_CHUNKS:
         return None
     sizes = [len(ops) for ops, _, _ in chunks]
-    sigs = [hash(_signature(program, ops, carry)[0]) for ops, carry, _ in chunks]
+    kinds = _kinds(program)
+    sigs = [hash(_signature(kinds, ops, carry)[0]) for ops, carry, _ in chunks]
     leading = list(itertools.accumulate(sizes, initial=0))  # ops before each chunk
     # (ops the run may cover, ops it covers for sure, start, period, copies, may the first layer be one)
     candidates = []
@@ -169,42 +170,41 @@ def find_repeats(program: Program) -> Repeats | None:
         first = None
         if maybe_first:  # the only candidates whose coverage needs a signature to know
             block = _join(chunks[start : start + period])
-            first = _first_layer(program, chunks[:start], _signature(program, block[0], block[1])[0])
+            first = _first_layer(program, kinds, chunks[:start], _signature(kinds, block[0], block[1])[0])
         covered = certain + (potential - certain if first is not None else 0)
         if count + (first is not None) >= 2 and (best is None or covered > best[0]):
             best = (covered, start, period, first)
     if best is None:
         return None
     _, start, period, first = best
-    return _segments(program, chunks, start, period, first)
+    return _segments(program, kinds, chunks, start, period, first)
 
 
 def _segments(
-    program: Program, chunks: list[Chunk], start: int, period: int, first: Chunk | None
+    program: Program, kinds: dict[int, str], chunks: list[Chunk], start: int, period: int, first: Chunk | None
 ) -> Repeats | None:
     """The program as prefix, copies of the block (``period`` chunks from ``start`` on, as many as
     repeat, after ``first`` if the first layer is one too) and suffix."""
-    block_sig = _signature(program, *_join(chunks[start : start + period])[:2])[0]
+    block_sig = _signature(kinds, *_join(chunks[start : start + period])[:2])[0]
     copies = [first] if first is not None else []
     end = start
     while end + period <= len(chunks):
         copy = _join(chunks[end : end + period])
-        if _signature(program, copy[0], copy[1])[0] != block_sig:
+        if _signature(kinds, copy[0], copy[1])[0] != block_sig:
             break
         copies.append(copy)
         end += period
-    prefix, suffix = ([] if first is not None else chunks[:start]), chunks[end:]
-    segments = [_segment(program, c) for c in ([_join(prefix)] if prefix else []) + copies]
-    segments += [_segment(program, _join(suffix))] if suffix else []
-    first_copy = 1 if prefix else 0
     if len(copies) < 2:
         return None
-    return Repeats(program, segments, first_copy, len(copies))
+    prefix, suffix = ([] if first is not None else chunks[:start]), chunks[end:]
+    segments = [_segment(kinds, c) for c in ([_join(prefix)] if prefix else []) + copies]
+    segments += [_segment(kinds, _join(suffix))] if suffix else []
+    return Repeats(program, segments, 1 if prefix else 0, len(copies))
 
 
-def _segment(program: Program, chunk: Chunk) -> Segment:
+def _segment(kinds: dict[int, str], chunk: Chunk) -> Segment:
     ops, carry, outputs = chunk
-    return Segment(ops, carry, outputs, _signature(program, ops, carry)[1])
+    return Segment(ops, carry, outputs, _signature(kinds, ops, carry)[1])
 
 
 def _join(chunks: list[Chunk]) -> Chunk:
@@ -212,13 +212,13 @@ def _join(chunks: list[Chunk]) -> Chunk:
     return [op for ops, _, _ in chunks for op in ops], chunks[0][1], chunks[-1][2]
 
 
-def _first_layer(program: Program, chunks: list[Chunk], sig: tuple) -> Chunk | None:
+def _first_layer(program: Program, kinds: dict[int, str], chunks: list[Chunk], sig: tuple) -> Chunk | None:
     """``chunks`` (all those before the block) as one more copy of it, reading a program input where
     the block reads its carry, or None if no input makes it one. The layer that reads the program's
     input is cut finer than the others (an input, not computed, is not live between its reads)."""
     ops, _, outputs = _join(chunks)
     for v in program.inputs:
-        if any(v in op.inputs for op in ops) and _signature(program, ops, v)[0] == sig:
+        if any(v in op.inputs for op in ops) and _signature(kinds, ops, v)[0] == sig:
             return ops, v, outputs
     return None
 
@@ -252,7 +252,7 @@ def _chunks(program: Program) -> list[Chunk]:
     return chunks
 
 
-def _signature(program: Program, ops: list[Op], carry: Value | None) -> tuple[tuple, list[Value]]:
+def _signature(kinds: dict[int, str], ops: list[Op], carry: Value | None) -> tuple[tuple, list[Value]]:
     """What must be equal for two segments to be optimized alike, and the external values in order
     of first use. Opaque payloads are compared by identity (two copies of one JAX call may differ)."""
     local: dict[int, tuple] = {} if carry is None else {id(carry): ("carry",)}
@@ -271,14 +271,16 @@ def _signature(program: Program, ops: list[Op], carry: Value | None) -> tuple[tu
         payload = None if op.payload is None else id(op.payload)
         types = tuple(str(v.type) for v in op.outputs)
         parts.append((op.name, repr(sorted(op.attrs.items())), tuple(ins), types, payload))
-    kinds = tuple((_kind(program, v), str(v.type)) for v in externals)
-    return (tuple(parts), kinds), externals
+    external_kinds = tuple((kinds.get(id(v), "computed"), str(v.type)) for v in externals)
+    return (tuple(parts), external_kinds), externals
 
 
-def _kind(program: Program, v: Value) -> str:
-    if any(v is p for p in program.params):
-        return "constant" if v.name in program.param_values else "parameter"
-    return "input" if any(v is i for i in program.inputs) else "computed"
+def _kinds(program: Program) -> dict[int, str]:
+    """What each program input and parameter is, by ``id``: input, parameter, or constant (a
+    parameter with a known value)."""
+    kinds = {id(v): "input" for v in program.inputs}
+    kinds |= {id(p): "constant" if p.name in program.param_values else "parameter" for p in program.params}
+    return kinds
 
 
 def _runs(sigs: list[int], sizes: list[int], leading: list[int]) -> Iterator[tuple[int, int, int]]:

@@ -61,15 +61,11 @@ class Masking:
         return s, keep
 
     @property
-    def all_finite(self) -> bool:
-        """Every score finite (for finite inputs): the online softmax needs no -inf guards."""
-        masked = self.has_mask or self.causal
-        return not self.has_bias and (not masked or math.isfinite(self.fill))
-
-    @property
     def finite(self) -> bool:
-        """Every score finite, padding included: no row's max is -inf."""
-        return self.all_finite and not self.padded
+        """Every score finite (for finite inputs), padding included: no row's max is -inf, so the
+        online softmax needs no -inf guards."""
+        masked = self.has_mask or self.causal
+        return not self.has_bias and (not masked or math.isfinite(self.fill)) and not self.padded
 
     @property
     def skips_blocks(self) -> bool:
