@@ -92,8 +92,9 @@ def flash_attention(
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
     bq, bk, nq, nk = flash_blocks(prod(q.shape[:-2]), sq, sk)
-    q = _pad(q.astype(acc_dtype) * jnp.asarray(scale, acc_dtype), -2, nq * bq)
-    k, v = (_pad(t.astype(acc_dtype), -2, nk * bk) for t in (k, v))
+    if q.dtype == acc_dtype:  # scaling q costs less than scaling the scores
+        q, scale = q * jnp.asarray(scale, acc_dtype), 1.0
+    q, k, v = _pad(q, -2, nq * bq), _pad(k, -2, nk * bk), _pad(v, -2, nk * bk)
     padded = []
     # padding keys are masked out by the padding itself; padding rows keep every key, so their
     # (discarded) softmax stays finite and adds nothing to the gradients
@@ -102,6 +103,6 @@ def flash_attention(
             x = _pad(_pad(_scores_rank(x, q.ndim, dtype), -1, nk * bk, value), -2, nq * bq, value)
         padded.append(x)
     b, m = padded
-    masking = Masking(b is not None, m is not None, fill, bool(causal), sk, padded=nk * bk != sk)
+    masking = Masking(b is not None, m is not None, fill, bool(causal), sk, nk * bk != sk, scale)
     out = blocked_attention(Blocks(masking, bq, bk, nq, nk), q, k, v, b, m)
     return out[..., :sq, :].astype(out_dtype)

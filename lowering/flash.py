@@ -1,6 +1,8 @@
 """Blocked attention: the flash forward pass and its own blocked backward pass (a ``jax.custom_vjp``).
 
-Inputs arrive scaled, in the accumulation dtype, and padded to whole blocks. The forward pass maps
+Inputs arrive padded to whole blocks, in their own dtype: half-precision q, k, v stay half in every
+product, which accumulates in float32 (as FlashAttention does on GPUs); scores, softmax stats and
+accumulators are float32. The forward pass maps
 over query blocks: when one block's scores over all keys fit the cache budget it takes an exact
 one-pass softmax; otherwise it streams over key blocks (sliced in place, never copied) carrying the
 softmax stats — running max ``m``, running sum ``l`` — and an accumulator rescaled by
@@ -8,7 +10,8 @@ softmax stats — running max ``m``, running sum ``l`` — and an accumulator re
 stats ``m``, ``l`` per row (not ``m + log l``: with a fill like -1e9 a fully masked row's log-sum-exp
 rounds to the fill, and its probabilities would come back as 1 instead of 1/S).
 
-The backward pass (FlashAttention-2) maps over key blocks, and for each visits the query blocks that
+The backward pass (FlashAttention-2) has its own blocking (under a causal mask, square blocks that
+skip more of the masked triangle). It maps over key blocks, and for each visits the query blocks that
 see it: it recomputes the block's probabilities from the stats (``p = exp(s - m) / l``), accumulates
 the key block's ``dk``/``dv`` (carried through the loop over query blocks), and adds the block's share
 into ``dq`` (and into the bias's gradient when there is a bias). Neither pass materializes the S×S
@@ -28,12 +31,16 @@ from jax import lax
 Array = jax.Array
 Opt = Array | None
 Grads = tuple[Array, Opt, Array, Array]  # dq, dbias (running, full size), dk, dv (of one key block)
+# rows and keys per block of the causal backward pass (on this CPU, 256 beat 128 and 512 at S = 1024-4096)
+BACKWARD_BLOCK = 256
+PV = "...qk,...kd->...qd"  # probabilities times values (and score gradients times keys)
+KV = "...qk,...qd->...kd"  # probabilities or score gradients, transposed, times query rows
 
 
 @dataclass(frozen=True)
 class Masking:
-    """How one attention call turns q kᵀ into the scores its softmax takes: the bias added, then
-    ``where(mask and causal, scores, fill)``, and keys from ``valid`` on (padding) at -inf."""
+    """How one attention call turns q kᵀ into the scores its softmax takes: times ``scale``, the bias
+    added, then ``where(mask and causal, scores, fill)``, and keys from ``valid`` on (padding) at -inf."""
 
     has_bias: bool
     has_mask: bool
@@ -41,12 +48,15 @@ class Masking:
     causal: bool
     valid: int
     padded: bool
+    scale: float = 1.0
 
     def scores(
         self, q: Array, k: Array, row0: Array | int, col0: Array | int, bias: Opt, mask: Opt
     ) -> tuple[Array, Opt]:
         """The block's scores, and where they depend on q kᵀ (None: everywhere)."""
-        s = jnp.einsum("...qd,...kd->...qk", q, k)
+        s = product("...qd,...kd->...qk", q, k, k.dtype)
+        if self.scale != 1:
+            s = s * self.scale
         if bias is not None:
             s = s + bias
         rows = row0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 0)
@@ -95,6 +105,22 @@ class Blocks:
         """The first query block that sees key block ``j`` (under a causal mask, the one holding row
         ``j * bk``)."""
         return (j * self.bk) // self.bq if self.masking.skips_blocks else 0
+
+    def backward(self) -> Blocks:
+        """The backward pass's blocking: under a causal mask, square blocks of ``BACKWARD_BLOCK`` where
+        they tile the padded lengths (they skip more of the masked triangle than the forward pass's
+        blocks, which may hold all keys), else the forward pass's."""
+        queries, keys = self.nq * self.bq, self.nk * self.bk
+        size = BACKWARD_BLOCK
+        if not self.masking.skips_blocks or queries % size or keys % size:
+            return self
+        return Blocks(self.masking, size, size, queries // size, keys // size)
+
+
+def product(spec: str, x: Array, y: Array, dtype: jnp.dtype) -> Array:
+    """``einsum(spec, x, y)`` with both operands in ``dtype`` and a float32 (or wider) result."""
+    acc = jnp.promote_types(dtype, jnp.float32)
+    return jnp.einsum(spec, x.astype(dtype), y.astype(dtype), preferred_element_type=acc)
 
 
 def block(x: Opt, start: Array | int, size: int, axis: int) -> Opt:
@@ -146,7 +172,7 @@ def _query_block(
     if b.nk == 1:  # the block's scores fit in cache: an exact softmax, normalized after the product
         p = jnp.exp(s - m)
         total = jnp.sum(p, axis=-1, keepdims=True)
-        return jnp.matmul(p, v_blk) / total, m, total
+        return product(PV, p, v_blk, v.dtype) / total, m, total
     finite = b.masking.finite
 
     def step(j: Array, carry: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
@@ -156,11 +182,11 @@ def _query_block(
         p = _exp(s, m_new, finite)
         rescale = _exp(m, m_new, finite)
         total = total * rescale + jnp.sum(p, axis=-1, keepdims=True)
-        return m_new, total, acc * rescale + jnp.matmul(p, v_blk)
+        return m_new, total, acc * rescale + product(PV, p, v_blk, v.dtype)
 
     # the first key block starts the stats (no zero-filled carry: it would lose the rows' sharding)
     p = _exp(s, m, finite)
-    first = (m, jnp.sum(p, axis=-1, keepdims=True), jnp.matmul(p, v_blk))
+    first = (m, jnp.sum(p, axis=-1, keepdims=True), product(PV, p, v_blk, v.dtype))
     m, total, acc = lax.fori_loop(1, steps, step, first)
     return acc / total, m, total  # a fully masked row: 0 / 0 = NaN, as in naive softmax
 
@@ -203,12 +229,12 @@ def _backward_block(b: Blocks, i: Array, j: Array, res: tuple[Opt, ...], grads: 
     bt, mt = block(bias, rows, b.bq, -2), block(mask, rows, b.bq, -2)
     s, v_blk, keep = _key_block(b, j, qt, k, v, rows, bt, mt)
     p = _exp(s, m_t, b.masking.finite) / total_t
-    ds = p * (jnp.einsum("...qd,...kd->...qk", gt, v_blk) - delta_t)
+    ds = p * (product("...qd,...kd->...qk", gt, v_blk, v.dtype) - delta_t)
     if keep is not None:  # a masked score is the fill, a constant (a fully masked row's NaN stays out)
         ds = jnp.where(keep, ds, 0.0)
-    dv = dv + _unbroadcast(jnp.einsum("...qk,...qd->...kd", p, gt), dv.shape)
-    dk = dk + _unbroadcast(jnp.einsum("...qk,...qd->...kd", ds, qt), dk.shape)
-    dq = _add_block(dq, jnp.einsum("...qk,...kd->...qd", ds, block(k, cols, b.bk, -2)), {-2: rows})
+    dv = dv + _unbroadcast(product(KV, p, gt, v.dtype), dv.shape)
+    dk = dk + _unbroadcast(product(KV, ds, qt, q.dtype), dk.shape)
+    dq = _add_block(dq, product(PV, ds, block(k, cols, b.bk, -2), k.dtype), {-2: rows})
     if dbias is not None:  # the bias's block: 1 along the axes it broadcasts
         target = (*dbias.shape[:-2], min(dbias.shape[-2], b.bq), min(dbias.shape[-1], b.bk))
         dbias = _add_block(dbias, _unbroadcast(ds, target), {-2: rows, -1: cols})
@@ -217,11 +243,13 @@ def _backward_block(b: Blocks, i: Array, j: Array, res: tuple[Opt, ...], grads: 
 
 def _bwd(b: Blocks, residuals: tuple[Opt, ...], g: Array) -> tuple[Array, Array, Array, Opt, None]:
     q, k, v, bias, mask, out, m, total = residuals
+    b = b.backward()
     assert q is not None and k is not None and v is not None and out is not None
     res = (q, k, v, bias, mask, g, m, total, jnp.sum(g * out, axis=-1, keepdims=True))
+    acc = out.dtype
 
     def key_block(carry: tuple[Array, Opt], j: Array) -> tuple[tuple[Array, Opt], tuple[Array, Array]]:
-        dk, dv = (jnp.zeros_like(block(t, j * b.bk, b.bk, -2)) for t in (k, v))
+        dk, dv = (jnp.zeros(block(t, j * b.bk, b.bk, -2).shape, acc) for t in (k, v))
         dq, dbias, dk, dv = lax.fori_loop(
             b.first_query_block(j),
             b.nq,
@@ -230,9 +258,16 @@ def _bwd(b: Blocks, residuals: tuple[Opt, ...], g: Array) -> tuple[Array, Array,
         )
         return (dq, dbias), (dk, dv)
 
-    start = (jnp.zeros_like(q), None if bias is None else jnp.zeros_like(bias))
+    start = (jnp.zeros(q.shape, acc), None if bias is None else jnp.zeros_like(bias))
     (dq, dbias), (dk, dv) = lax.scan(key_block, start, jnp.arange(b.nk))
-    return dq, _unblock(dk), _unblock(dv), dbias, None
+    scale = b.masking.scale  # s = scale · q kᵀ
+    return (
+        (dq * scale).astype(q.dtype),
+        (_unblock(dk) * scale).astype(k.dtype),
+        _unblock(dv).astype(v.dtype),
+        dbias,
+        None,
+    )
 
 
 blocked_attention.defvjp(_fwd, _bwd)

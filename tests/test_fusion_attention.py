@@ -271,6 +271,7 @@ def test_attention_operands_that_do_not_fit_are_named(mask_dtype, bias_shape, kv
 GRADIENT_CASES = {
     "plain": dict(q=(1, 2, 700, 16)),
     "causal": dict(q=(1, 2, 1300, 16), causal=1),
+    "causal-square-backward-blocks": dict(q=(1, 2, 1024, 16), causal=1),  # forward: all keys in a block
     "full-bias": dict(q=(1, 2, 700, 16), bias=(1, 2, 700, 700)),
     "key-bias-causal": dict(q=(2, 2, 1300, 8), bias=(2, 1, 1, 1300), causal=1, fill=-1e9),
     "mask-finite-fill": dict(q=(2, 2, 700, 8), mask=(2, 1, 700, 700), fill=-1e9),
