@@ -8,12 +8,14 @@ from eqsat.frontend.jax import from_jax
 from eqsat.frontend.pir import load, parse_pir
 from eqsat.ir import Op, Program, TensorType, Value, parse_program
 from eqsat.jit import jit
+from eqsat.prove import Equivalence, equivalent
 from eqsat.saturate import Limits
 
 __all__ = [
     "Builder",
     "CostModel",
     "EqsatError",
+    "Equivalence",
     "Flops",
     "Limits",
     "MiscompileError",
@@ -28,6 +30,7 @@ __all__ = [
     "TensorType",
     "UnsupportedError",
     "Value",
+    "equivalent",
     "from_jax",
     "jit",
     "load",

@@ -17,7 +17,7 @@ from eqsat.extract import TIE_BREAK, greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
 from eqsat.repeats import Repeats, find_repeats
-from eqsat.rules import Rule, select
+from eqsat.rules import Rule, resolve
 from eqsat.saturate import Iteration, Limits, SaturationReport, fresh_egraph, saturate
 
 
@@ -105,7 +105,7 @@ def optimize(
     ``auto`` (ILP up to 5000 e-nodes), or ``egglog`` (egglog's own tree extraction, as a reference).
     """
     model = get_cost_model(cost)
-    chosen = _resolve_rules(rules)
+    chosen = resolve(rules)
     limits = limits or Limits()
     repeats = find_repeats(program)
     if repeats is not None:
@@ -231,12 +231,3 @@ def _extract(
     # cheapest, ties to fewer ops as inside the extractors (a fused op over the same kernels), then ILP's
     name = min(candidates, key=lambda k: (costs[k] + TIE_BREAK * len(candidates[k].live_ops()), k != "ilp"))
     return candidates[name], name, costs[name]
-
-
-def _resolve_rules(rules: Iterable[Rule | str] | None) -> list[Rule]:
-    if rules is None:
-        return select()
-    out: list[Rule] = []
-    for r in rules:
-        out.extend(select([r]) if isinstance(r, str) else [r])
-    return out

@@ -1,4 +1,4 @@
-"""The ``eqsat`` command line: optimize, show, rules, demo."""
+"""The ``eqsat`` command line: optimize, prove, show, rules, demo."""
 
 from __future__ import annotations
 
@@ -75,6 +75,16 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prove(args: argparse.Namespace) -> int:
+    import eqsat
+
+    a, b = eqsat.load(args.first), eqsat.load(args.second)
+    rules = args.rules.split(",") if args.rules else None
+    result = eqsat.equivalent(a, b, rules=rules, limits=_limits(args))
+    print(result)
+    return 0 if result else 1
+
+
 def _show(args: argparse.Namespace) -> int:
     import eqsat
 
@@ -97,10 +107,12 @@ def _rules(args: argparse.Namespace) -> int:
     from eqsat.rules import RULESETS
 
     print("(* inexact in IEEE arithmetic: guarded; left out by --rules exact)")
+    print("(- off by default in optimize; --rules all or the name turns it on; prove uses every rule)")
     for theme, rules in RULESETS.items():
         print(f"{theme}:")
         for r in rules:
-            print(f"  {r.name + ('' if r.exact else ' *'):28} {r.reason}")
+            mark = ("" if r.exact else " *") + ("" if r.default else " -")
+            print(f"  {r.name + mark:28} {r.reason}")
     return 0
 
 
@@ -145,16 +157,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     opt.add_argument("file", help="a .pir dump or eqsat text file")
     opt.add_argument("--params", help="the weights: Paddle's .pdiparams saved with the model, or an .npz")
-    opt.add_argument("--rules", help="comma-separated themes or rule names (default: all)")
+    opt.add_argument(
+        "--rules", help="comma-separated themes, rule names, exact or all (default: the rules on by default)"
+    )
     opt.add_argument(
         "--cost",
         default="roofline",
         help="cost model: nodes, flops, roofline (this JAX backend) or roofline:DEVICE "
         "with DEVICE in cpu, h100, tpu-v5e (default: roofline)",
     )
-    opt.add_argument("--max-iterations", type=int, default=30, help="saturation iterations (default: 30)")
-    opt.add_argument("--max-nodes", type=int, default=20_000, help="e-node limit (default: 20000)")
-    opt.add_argument("--timeout", type=float, default=10.0, help="saturation time limit in s (default: 10)")
+    _limit_options(opt)
     opt.add_argument("--verify", action="store_true", help="check original vs optimized on random inputs")
     opt.add_argument(
         "--extractor",
@@ -167,6 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("-q", "--quiet", action="store_true", help="print the report only")
     opt.add_argument("-v", "--verbose", action="store_true", help="print each saturation iteration")
     opt.set_defaults(func=_optimize)
+
+    prove = sub.add_parser(
+        "prove",
+        help="prove two programs equal by saturation and explain how (exit 0: proven, 1: not proven)",
+    )
+    prove.add_argument("first", help="a .pir dump or eqsat text file")
+    prove.add_argument("second", help="another, with the same inputs")
+    prove.add_argument("--rules", help="comma-separated themes or rule names (default: every rule)")
+    _limit_options(prove)
+    prove.set_defaults(func=_prove)
 
     show = sub.add_parser("show", help="print a program in eqsat's text form; draw it or its e-graph")
     show.add_argument("file")
@@ -181,6 +203,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default=str(EXAMPLES), help="folder of *_before.pir files")
     demo.set_defaults(func=_demo)
     return parser
+
+
+def _limit_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-iterations", type=int, default=30, help="saturation iterations (default: 30)")
+    parser.add_argument("--max-nodes", type=int, default=20_000, help="e-node limit (default: 20000)")
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="saturation time limit in s (default: 10)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -90,22 +90,30 @@ def install(egraph: bindings.EGraph, rules: Iterable[Rule]) -> None:
 
 
 class _Prepared(threading.local):
-    """Per thread: e-graphs holding the schema and one rule set, by rule set (the latest few)."""
+    """Per thread: e-graphs holding the schema and one rule set, by rule set (the latest few); and one
+    e-graph that holds the schema with a small rule set pushed over it, switched by popping."""
 
     def __init__(self) -> None:
         self.egraphs: dict[tuple[Rule, ...], bindings.EGraph] = {}
+        self.small: bindings.EGraph | None = None
+        self.small_key: tuple[Rule, ...] | None = None
 
 
 _PREPARED = _Prepared()
 _PREPARED_KEPT = 4
+SMALL_RULE_SET = 32  # rule sets up to this size install in ms: they share one schema e-graph
 
 
 def fresh_egraph(rules: Sequence[Rule]) -> bindings.EGraph:
     """An e-graph with the schema and ``rules`` installed and nothing else. Installing the rules takes
     ~0.3 s, so each rule set's e-graph is made once (per thread) and handed out again reset to that
     state: egglog's ``push`` saves it (a copy of an e-graph with no terms, ~0.05 s), ``pop`` restores
-    it. An e-graph handed out before is reset by the next call for the same rules."""
+    it. Small rule sets (a proof cut down to the rules it needs) share one e-graph made with the
+    schema, the rules pushed over it. An e-graph handed out before is reset by the next call for the
+    same rules (for small rule sets: by the next call for any small rule set)."""
     key = tuple(rules)
+    if len(key) <= SMALL_RULE_SET:
+        return _small(key)
     egraphs = _PREPARED.egraphs
     egraph = egraphs.pop(key, None)
     if egraph is None:
@@ -120,6 +128,31 @@ def fresh_egraph(rules: Sequence[Rule]) -> bindings.EGraph:
     return egraph
 
 
+def _small(key: tuple[Rule, ...]) -> bindings.EGraph:
+    """The shared e-graph reset to the schema with the small rule set ``key``: two pushes deep (the
+    schema saved below the rules, the rules below the program)."""
+    prepared = _PREPARED
+    if prepared.small is None:
+        prepared.small = new_egraph()
+    egraph = prepared.small
+    if prepared.small_key == key:
+        egraph.parse_and_run_program("(pop)\n(push)")
+        return egraph
+    if prepared.small_key is not None:
+        egraph.parse_and_run_program("(pop)\n(pop)")
+        prepared.small_key = None
+    egraph.parse_and_run_program("(push)")
+    try:
+        install(egraph, key)
+    except BaseException:  # a rule egglog refuses (Rust panics are BaseException): start over next time
+        prepared.small = None
+        raise
+    egraph.parse_and_run_program("(push)")
+    prepared.small_key = key
+    return egraph
+
+
+GOAL_REACHED = "goal reached"
 NODE_SLACK = 1.5  # the e-graph may end this far above max_nodes, never further
 _ITERATION = f"(run-schedule (run-with {{scheduler}} {REWRITES}) (saturate {ANALYSIS}))"
 
@@ -158,8 +191,10 @@ def saturate(
     start: Callable[[], bindings.EGraph],
     limits: Limits | None = None,
     progress: Callable[[Iteration], None] | None = None,
+    goal: Callable[[bindings.EGraph], bool] | None = None,
 ) -> tuple[bindings.EGraph, SaturationReport]:
-    """Run the installed rules until saturation or a limit; the saturated e-graph and a report.
+    """Run the installed rules until saturation or a limit (or until ``goal(egraph)`` holds, checked
+    after each iteration); the saturated e-graph and a report.
 
     ``start()`` makes the e-graph to saturate: the program encoded, the rules installed. Limits hold:
     the e-graph never ends above ``NODE_SLACK`` x ``max_nodes`` e-nodes. An iteration that overshoots
@@ -194,7 +229,9 @@ def saturate(
             progress(it)
         if report.stop_reason:
             break
-        if not result.updated and result.can_stop:
+        if goal is not None and goal(run.egraph):
+            report.stop_reason = GOAL_REACHED
+        elif not result.updated and result.can_stop:
             report.stop_reason = "saturated"
         elif nodes > limits.max_nodes:
             report.stop_reason = f"node limit ({nodes} > {limits.max_nodes} e-nodes)"

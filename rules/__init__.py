@@ -13,10 +13,10 @@ from .base import Rule
 
 
 def _load() -> dict[str, list[Rule]]:
-    from . import algebra, attention, cast, fold, fusion, reshape, softmax, transpose
+    from . import algebra, attention, axioms, cast, fold, fusion, reshape, softmax, transpose
 
     themes = {}
-    for module in (transpose, reshape, cast, fold, algebra, fusion, softmax, attention):
+    for module in (transpose, reshape, cast, fold, algebra, fusion, softmax, attention, axioms):
         theme = module.__name__.rsplit(".", 1)[-1]
         themes[theme] = [replace(r, theme=theme) for r in module.RULES]
     return themes
@@ -26,23 +26,37 @@ RULESETS: dict[str, list[Rule]] = _load()
 ALL_RULES: list[Rule] = [r for rs in RULESETS.values() for r in rs]
 
 
-EXACT = "exact"  # the selector of every rule exact in IEEE arithmetic
+EXACT = "exact"  # the selector of every exact rule that is on by default
+ALL = "all"  # the selector of every rule, the axioms off by default included
 
 
 def select(names: Iterable[str] | None = None) -> list[Rule]:
-    """Rules by theme, by rule name, or ``"exact"`` (every exact rule); ``None``: all. Unknown names
-    raise ``KeyError`` listing the known."""
+    """Rules by theme, by rule name, ``"exact"`` (every exact rule on by default) or ``"all"``;
+    ``None``: the rules on by default. Unknown names raise ``KeyError`` listing the known."""
     if names is None:
-        return list(ALL_RULES)
+        return [r for r in ALL_RULES if r.default]
     by_name = {r.name: r for r in ALL_RULES}
     out: list[Rule] = []
     for n in names:
-        if n == EXACT:
-            out.extend(r for r in ALL_RULES if r.exact)
+        if n == ALL:
+            out.extend(ALL_RULES)
+        elif n == EXACT:
+            out.extend(r for r in ALL_RULES if r.exact and r.default)
         elif n in RULESETS:
             out.extend(RULESETS[n])
         elif n in by_name:
             out.append(by_name[n])
         else:
-            raise KeyError(f"unknown rule or theme {n!r} (themes: {', '.join(RULESETS)}, {EXACT})")
+            raise KeyError(f"unknown rule or theme {n!r} (themes: {', '.join(RULESETS)}, {EXACT}, {ALL})")
+    return out
+
+
+def resolve(rules: Iterable[Rule | str] | None, default: Iterable[str] | None = None) -> list[Rule]:
+    """Rules given as ``Rule`` objects and selector names (as ``select`` takes them); ``None``:
+    ``select(default)``."""
+    if rules is None:
+        return select(default)
+    out: list[Rule] = []
+    for r in rules:
+        out.extend(select([r]) if isinstance(r, str) else [r])
     return out

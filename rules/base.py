@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from eqsat.ir import TensorType
+from eqsat.ops import OPS
 from eqsat.shapes import MAX_RANK
 
 Example = Callable[[Any], dict[str, Any]]
@@ -60,6 +62,9 @@ class Rule:
     softmax computed blockwise) round differently; their guards keep them from turning finite
     results into inf, NaN or 0 (no half precision where a sum can overflow, constants of moderate
     magnitude), and ``select(["exact"])`` leaves them out.
+
+    ``default``: on in ``optimize`` unless rules are chosen. Axioms that only grow the e-graph for
+    proofs (commutativity, associativity) are off; ``select(["all"])`` and ``equivalent`` use them.
     """
 
     name: str
@@ -69,6 +74,7 @@ class Rule:
     theme: str = ""
     prelude: tuple[str, ...] = ()
     exact: bool = True
+    default: bool = True
 
     def egglog(self, ruleset: str) -> list[str]:
         many = len(self.variants) > 1
@@ -118,3 +124,18 @@ def rand_shape(rng: Any, rank: int, low: int = 1, high: int = 5) -> tuple[int, .
 
 def rand_perm(rng: Any, rank: int) -> tuple[int, ...]:
     return tuple(int(i) for i in rng.permutation(rank))
+
+
+UNARY_ATTRS: dict[str, Any] = {"scale": {"scale": 0.5, "bias": 0.25}, "cast": {"dtype": "float16"}}
+
+
+def example_dtype(op: str) -> str:
+    """float32 for the example of ``op``, or int32 where its own dtype check refuses floats (and, or)."""
+    spec = OPS[op]
+    floats = [TensorType((1,), "float32")] * spec.arity
+    return "float32" if spec.check is None or spec.check(floats, {}) is None else "int32"
+
+
+def unary_pattern(op: str, inner: str) -> str:
+    attrs = " ".join(f"c_{a.name}" for a in OPS[op].attrs)
+    return f"({OPS[op].ctor} {inner}{' ' + attrs if attrs else ''})"

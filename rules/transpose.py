@@ -8,9 +8,18 @@ from eqsat.ir import TensorType
 from eqsat.ops import OPS
 from eqsat.shapes import MAX_RANK
 
-from .base import Rule, Variant, per_rank, rand_perm, rand_shape, rule, vec
-
-_UNARY_ATTRS: dict[str, Any] = {"scale": {"scale": 0.5, "bias": 0.25}, "cast": {"dtype": "float16"}}
+from .base import (
+    UNARY_ATTRS,
+    Rule,
+    Variant,
+    example_dtype,
+    per_rank,
+    rand_perm,
+    rand_shape,
+    rule,
+    unary_pattern,
+    vec,
+)
 
 
 def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str, Any]:
@@ -18,24 +27,12 @@ def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str, An
     return {"x": TensorType(rand_shape(rng, r), dtype), **{p: rand_perm(rng, r) for p in perms}}
 
 
-def _dtype(op: str) -> str:
-    """float32 for the example of ``op``, or int32 where its own dtype check refuses floats (and, or)."""
-    spec = OPS[op]
-    floats = [TensorType((1,), "float32")] * spec.arity
-    return "float32" if spec.check is None or spec.check(floats, {}) is None else "int32"
-
-
-def _unary(op: str, inner: str) -> str:
-    attrs = " ".join(f"c_{a.name}" for a in OPS[op].attrs)
-    return f"({OPS[op].ctor} {inner}{' ' + attrs if attrs else ''})"
-
-
 def _through_unary(op: str) -> Rule:
-    outer, inner = f"(Transpose {_unary(op, 'x')} p)", _unary(op, "(Transpose x p)")
+    outer, inner = f"(Transpose {unary_pattern(op, 'x')} p)", unary_pattern(op, "(Transpose x p)")
 
     def example(rng: Any) -> dict[str, Any]:
-        attrs = {f"c_{k}": v for k, v in _UNARY_ATTRS.get(op, {}).items()}
-        return {**_rank_example(rng, "p", dtype=_dtype(op)), **attrs}
+        attrs = {f"c_{k}": v for k, v in UNARY_ATTRS.get(op, {}).items()}
+        return {**_rank_example(rng, "p", dtype=example_dtype(op)), **attrs}
 
     return Rule(
         f"transpose-through-{op}",
@@ -49,7 +46,7 @@ def _through_binary(op: str) -> Rule:
     ctor = OPS[op].ctor
 
     def example(rng: Any) -> dict[str, Any]:
-        ex = _rank_example(rng, "p", dtype=_dtype(op))
+        ex = _rank_example(rng, "p", dtype=example_dtype(op))
         return {**ex, "y": ex["x"]}
 
     return rule(

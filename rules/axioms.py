@@ -1,0 +1,241 @@
+"""Axioms: commutativity, associativity and distributivity of elementwise add and mul, and the algebra
+of two-part concatenations (elementwise ops, matmuls and splits through them, nested concats).
+
+They complete the rule set for proofs (TASO's rewrite rules, the set TENSAT saturates with, are
+proven from them and the other themes) and are off by default in ``optimize``: commutativity and
+associativity make every sum and product of n terms appear in all its orders and groupings. Their
+guards bound that: no rule matches across broadcasting, and associativity, distributivity and the
+concat forms of matmuls only apply to dtypes that reassociate (float32, float64, integers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eqsat.ir import TensorType
+from eqsat.ops import OPS
+
+from .algebra import RULES as ALGEBRA
+from .base import UNARY_ATTRS, Rule, Variant, example_dtype, rand_shape, unary_pattern
+
+F32 = "float32"
+SAME = "(= (shape x) (shape y))", "(= (shape y) (shape z))"
+REASSOCIABLE = ("(reassociable (dtype x))",)
+
+
+def pair(a: str, b: str, axis: str) -> str:
+    """The concatenation of ``a`` and ``b`` along ``axis``."""
+    return f"(Concat (TCons {a} (TCons {b} (TNil))) {axis})"
+
+
+def _both(lhs: str, rhs: str, *when: str) -> tuple[Variant, Variant]:
+    return Variant(lhs, rhs, when), Variant(rhs, lhs, when)
+
+
+def _three(rng: Any, dtype: str = F32) -> dict[str, Any]:
+    t = TensorType(rand_shape(rng, int(rng.integers(1, 4))), dtype)
+    return {"x": t, "y": t, "z": t}
+
+
+def _parts(rng: Any) -> dict[str, Any]:
+    """a, b of one shape and c, d of another: a and c (b and d) concatenate along ``ax``."""
+    rank = int(rng.integers(1, 4))
+    shape, axis = rand_shape(rng, rank), int(rng.integers(rank))
+    first, second = list(shape), list(shape)
+    second[axis] = int(rng.integers(1, 5))
+    a, c = TensorType(tuple(first), F32), TensorType(tuple(second), F32)
+    return {"ax": axis, "a": a, "b": a, "c": c, "d": c}
+
+
+def _concat_binary(op: str) -> tuple[Variant, Variant]:
+    ctor = OPS[op].ctor
+    return _both(
+        pair(f"({ctor} a b)", f"({ctor} c d)", "ax"),
+        f"({ctor} {pair('a', 'c', 'ax')} {pair('b', 'd', 'ax')})",
+        "(= (shape a) (shape b))",
+        "(= (shape c) (shape d))",
+    )
+
+
+def _concat_unary(op: str) -> tuple[Variant, Variant]:
+    return _both(
+        pair(unary_pattern(op, "a"), unary_pattern(op, "c"), "ax"),
+        unary_pattern(op, pair("a", "c", "ax")),
+    )
+
+
+def _unary_example(rng: Any) -> dict[str, Any]:
+    return {**_parts(rng), **{f"c_{k}": v for attrs in UNARY_ATTRS.values() for k, v in attrs.items()}}
+
+
+def _matrices(rng: Any) -> dict[str, Any]:
+    m, m2, k, k2, n, n2 = (int(d) for d in rng.integers(1, 5, 6))
+    return {
+        "a": TensorType((m, k), F32),
+        "b": TensorType((m2, k), F32),
+        "w": TensorType((k, n), F32),
+        "v": TensorType((k, n2), F32),
+        "a2": TensorType((m, k2), F32),
+        "w2": TensorType((k2, n), F32),
+        "d": F32,
+    }
+
+
+def _matmul(x: str, y: str) -> str:
+    return f"(Matmul {x} {y} 0 0 d)"
+
+
+_MATRICES = ("(= (vec-length (shape a)) 2)", "(= (vec-length (shape w)) 2)", "(= d (dtype a))")
+
+
+def _nested(rng: Any) -> dict[str, Any]:
+    rank = int(rng.integers(2, 4))
+    i, j = (int(x) for x in rng.permutation(rank)[:2])
+    base = list(rand_shape(rng, rank))
+    out: dict[str, Any] = {"i": i, "j": j}
+    for name, (di, dj) in {"a": (1, 1), "b": (2, 1), "c": (1, 3), "d": (2, 3)}.items():
+        shape = list(base)
+        shape[i], shape[j] = di, dj
+        out[name] = TensorType(tuple(shape), F32)
+    return out
+
+
+def _split_example(rng: Any) -> dict[str, Any]:
+    ex = _parts(rng)
+    a, c, axis = ex["a"], ex["c"], ex["ax"]
+    return {**ex, "sizes": (a.shape[axis], c.shape[axis])}
+
+
+_SPLIT_SIZES = ("(= (vec-length sizes) 2)",)
+
+DISTRIBUTE = next(r for r in ALGEBRA if r.name == "matmul-distribute")
+
+RULES = [
+    Rule(
+        "add-commute",
+        "x + y = y + x (exact in IEEE arithmetic)",
+        (Variant("(Add x y)", "(Add y x)", SAME[:1]),),
+        _three,
+        default=False,
+    ),
+    Rule(
+        "mul-commute",
+        "x * y = y * x (exact in IEEE arithmetic)",
+        (Variant("(Mul x y)", "(Mul y x)", SAME[:1]),),
+        _three,
+        default=False,
+    ),
+    Rule(
+        "add-assoc",
+        "(x + y) + z = x + (y + z): rounds differently, so only where sums reassociate",
+        _both("(Add (Add x y) z)", "(Add x (Add y z))", *SAME, *REASSOCIABLE),
+        _three,
+        exact=False,
+        default=False,
+    ),
+    Rule(
+        "mul-assoc",
+        "(x * y) * z = x * (y * z): rounds differently (and a product may overflow in one grouping)",
+        _both("(Mul (Mul x y) z)", "(Mul x (Mul y z))", *SAME, *REASSOCIABLE),
+        _three,
+        exact=False,
+        default=False,
+    ),
+    Rule(
+        "mul-distribute",
+        "x * (y + z) = x*y + x*z: rounds differently",
+        _both("(Mul x (Add y z))", "(Add (Mul x y) (Mul x z))", *SAME, *REASSOCIABLE),
+        _three,
+        exact=False,
+        default=False,
+    ),
+    Rule(
+        "matmul-expand",
+        "(x+y)@w = x@w + y@w and w@(x+y) = w@x + w@y: matmul-distribute read backwards",
+        tuple(Variant(v.rhs, v.lhs, v.when) for v in DISTRIBUTE.variants if isinstance(v, Variant)),
+        DISTRIBUTE.example,
+        exact=False,
+        default=False,
+    ),
+    Rule(
+        "concat-of-elementwise",
+        "an elementwise op of two concatenations of equal-shape parts is the concatenation of the ops",
+        tuple(
+            v
+            for op, spec in OPS.items()
+            if spec.elementwise and spec.arity == 2 and example_dtype(op) == F32
+            for v in _concat_binary(op)
+        ),
+        _parts,
+        default=False,
+    ),
+    Rule(
+        "concat-of-unary",
+        "a unary elementwise op of a concatenation is the concatenation of the op of each part",
+        tuple(
+            v
+            for op, spec in OPS.items()
+            if spec.elementwise and spec.arity == 1 and example_dtype(op) == F32
+            for v in _concat_unary(op)
+        ),
+        _unary_example,
+        default=False,
+    ),
+    Rule(
+        "concat-of-matmuls",
+        "[a; b] @ w = [a @ w; b @ w], a @ [w, v] = [a @ w, a @ v], [a, a2] @ [w; w2] = a @ w + a2 @ w2",
+        (
+            *_both(
+                pair(_matmul("a", "w"), _matmul("b", "w"), "0"), _matmul(pair("a", "b", "0"), "w"), *_MATRICES
+            ),
+            *_both(
+                pair(_matmul("a", "w"), _matmul("a", "v"), "1"), _matmul("a", pair("w", "v", "1")), *_MATRICES
+            ),
+            *_both(
+                f"(Add {_matmul('a', 'w')} {_matmul('a2', 'w2')})",
+                _matmul(pair("a", "a2", "1"), pair("w", "w2", "0")),
+                *_MATRICES,
+                "(= (vec-length (shape a2)) 2)",
+                "(reassociable d)",
+            ),
+        ),
+        _matrices,
+        exact=False,
+        default=False,
+    ),
+    Rule(
+        "concat-nested-swap",
+        "a 2x2 block tensor concatenated along i then j is the same concatenated along j then i",
+        (
+            Variant(
+                pair(pair("a", "b", "i"), pair("c", "d", "i"), "j"),
+                pair(pair("a", "c", "j"), pair("b", "d", "j"), "i"),
+                (
+                    "(!= i j)",
+                    "(= (vec-get (shape a) i) (vec-get (shape c) i))",
+                    "(= (vec-get (shape b) i) (vec-get (shape d) i))",
+                ),
+            ),
+        ),
+        _nested,
+        default=False,
+    ),
+    Rule(
+        "split-of-concat",
+        "splitting a concatenation at its seam gives back its parts",
+        (
+            Variant(
+                f"(Split {pair('a', 'c', 'ax')} ax sizes 0)",
+                "a",
+                (*_SPLIT_SIZES, "(= (vec-get sizes 0) (vec-get (shape a) ax))"),
+            ),
+            Variant(
+                f"(Split {pair('a', 'c', 'ax')} ax sizes 1)",
+                "c",
+                (*_SPLIT_SIZES, "(= (vec-get sizes 0) (vec-get (shape a) ax))"),
+            ),
+        ),
+        _split_example,
+        default=False,
+    ),
+]
