@@ -63,11 +63,11 @@ FLASH_SCORES_BUDGET = (32 if FUSED_CPU_ATTENTION else 16) * 2**20
 
 def flash_blocks(rows: int, queries: int, keys: int) -> tuple[int, int, int, int]:
     """(query block, key block, query blocks, key blocks) of the flash lowering for ``rows`` (batch ×
-    heads) of these lengths: all keys in one block when that block's scores fit the budget (with
-    ``FLASH_EXACT_BLOCK_Q`` queries, or half as many), else blocks streamed by the online softmax."""
-    for bq in (min(FLASH_EXACT_BLOCK_Q, queries), min(FLASH_EXACT_BLOCK_Q // 2, queries)):
-        if 4 * rows * bq * keys <= FLASH_SCORES_BUDGET:
-            return bq, keys, -(-queries // bq), 1
+    heads) of these lengths: all keys in one block when that block's scores fit the budget, else
+    blocks streamed by the online softmax."""
+    bq = min(FLASH_EXACT_BLOCK_Q, queries)
+    if 4 * rows * bq * keys <= FLASH_SCORES_BUDGET:
+        return bq, keys, -(-queries // bq), 1
     bq, bk = min(FLASH_BLOCK_Q, queries), min(FLASH_BLOCK_K, keys)
     return bq, bk, -(-queries // bq), -(-keys // bk)
 

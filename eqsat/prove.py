@@ -54,13 +54,17 @@ class Equivalence:
         if not self.rules:
             return f"proven equal: {self.reason}"
         lines = [
-            f"proven equal in {len(self.steps)} iterations with {len(self.rules)} rules, each needed "
-            f"(without any one of them it is not proven): {', '.join(self.rules)}"
+            f"proven equal in {_count(len(self.steps), 'iteration')} with {_count(len(self.rules), 'rule')}"
+            f", each needed (without any one of them it is not proven): {', '.join(self.rules)}"
         ]
         for step in self.steps:
             fired = ", ".join(f"{name} x{n}" for name, n in sorted(step.matches.items()))
             lines.append(f"  iteration {step.iteration + 1}: {fired or '(rebuilding only)'}")
         return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def equivalent(
