@@ -3,11 +3,12 @@
 Inputs arrive padded to whole blocks, in their own dtype: half-precision q, k, v stay half in every
 product, which accumulates in float32 (as FlashAttention does on GPUs); scores, softmax stats and
 accumulators are float32. The forward pass maps over query blocks: when one block's scores over all
-keys fit the cache budget it takes an exact one-pass softmax; otherwise it streams over key blocks (sliced in place, never copied) carrying the
-softmax stats — running max ``m``, running sum ``l`` — and an accumulator rescaled by
-``exp(m_old - m_new)`` whenever the max grows (the online softmax). It saves only the output and the
-stats ``m``, ``l`` per row (not ``m + log l``: with a fill like -1e9 a fully masked row's log-sum-exp
-rounds to the fill, and its probabilities would come back as 1 instead of 1/S).
+keys fit the cache budget it takes an exact one-pass softmax; otherwise it streams over key blocks
+(sliced in place, never copied) carrying the softmax stats — running max ``m``, running sum ``l`` —
+and an accumulator rescaled by ``exp(m_old - m_new)`` whenever the max grows (the online softmax).
+It saves only the output and the stats ``m``, ``l`` per row (not ``m + log l``: with a fill like -1e9
+a fully masked row's log-sum-exp rounds to the fill, and its probabilities would come back as 1
+instead of 1/S).
 
 The backward pass (FlashAttention-2) has its own blocking (under a causal mask, square blocks that
 skip more of the masked triangle). It maps over key blocks, and for each visits the query blocks that
