@@ -88,7 +88,12 @@ def equivalent(
     commands, pairs = _side_by_side(a, b)
     if _equal(_loaded(commands, []), pairs):
         return Equivalence(True, "the two programs are the same term", seconds=time.perf_counter() - t0)
-    sat = _attempt(commands, pairs, chosen, limits)
+    try:
+        sat = _attempt(commands, pairs, chosen, limits)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # egglog errors, and Rust panics (BaseException), e.g. a rule equating shapes
+        return Equivalence(False, f"saturation failed: {e}", seconds=time.perf_counter() - t0)
     if sat.stop_reason != GOAL_REACHED:
         return Equivalence(False, f"saturation stopped ({sat.stop_reason})", seconds=time.perf_counter() - t0)
     needed, sat = _needed(commands, pairs, chosen, limits, sat)
@@ -106,7 +111,8 @@ def _program(p: ProgramLike, example_args: Sequence[Any]) -> Program:
 
 
 def _output_mismatch(a: Program, b: Program) -> str:
-    """Why the programs cannot be compared output by output ("" if they can)."""
+    """Why the programs cannot be compared output by output ("" if they can); a ``ShapeError`` if
+    they do not even take the same inputs."""
     if [v.type for v in a.inputs] != [v.type for v in b.inputs]:
         raise ShapeError(
             f"the programs take different inputs: ({', '.join(str(v.type) for v in a.inputs)}) and "

@@ -14,6 +14,7 @@ import pytest
 import eqsat
 from eqsat.cli import main
 from eqsat.rules import RULESETS, select
+from eqsat.rules.base import rule
 
 TASO = Path(__file__).parent / "data" / "taso_rules"
 
@@ -127,3 +128,14 @@ def test_a_program_optimizes_within_the_limits_with_every_rule_on():
     every = eqsat.optimize(program, rules=["all"], limits=limits, verify=True)
     assert every.report.saturation.iterations[-1].nodes <= 1.5 * limits.max_nodes
     assert every.report.cost_after <= default.report.cost_after * 1.001
+
+
+def test_a_rule_that_breaks_saturation_gives_not_proven_not_an_exception():
+    def example(rng):
+        return {"x": eqsat.TensorType((3, 4), "float32")}
+
+    wrong = rule(
+        "relu-is-a-sum", "deliberately wrong: two shapes", "(Relu x)", "(ReduceSum x 0 0)", example=example
+    )
+    result = eqsat.equivalent(jax.nn.relu, lambda x: x * 2.0, *_args((3, 4)), rules=[wrong])
+    assert not result and result.reason.startswith("saturation failed")
