@@ -97,7 +97,7 @@ def equivalent(
     if sat.stop_reason != GOAL_REACHED:
         return Equivalence(False, f"saturation stopped ({sat.stop_reason})", seconds=time.perf_counter() - t0)
     needed, sat = _needed(commands, pairs, chosen, limits, sat)
-    steps = [Step(it.index, _by_rule(it.matches)) for it in sat.iterations]
+    steps = [Step(it.index, it.by_rule()) for it in sat.iterations]
     names = tuple(r.name for r in needed)
     return Equivalence(True, "", names, steps, time.perf_counter() - t0)
 
@@ -172,16 +172,6 @@ def _attempt(
     """Saturate with ``rules`` until the pairs are equal or a limit."""
     start = functools.partial(_loaded, commands, rules)
     return saturate(start, limits, goal=lambda egraph: _equal(egraph, pairs))[1]
-
-
-def _by_rule(matches: dict[str, int]) -> dict[str, int]:
-    """Matches per rule, its variants (``name#i``) added up."""
-    total: dict[str, int] = {}
-    for name, n in matches.items():
-        if n:
-            base = name.split("#", 1)[0]
-            total[base] = total.get(base, 0) + n
-    return total
 
 
 def _needed(

@@ -50,6 +50,15 @@ class Iteration:
     matches: dict[str, int]
     seconds: float
 
+    def by_rule(self) -> dict[str, int]:
+        """Matches per rule (its variants ``name#i`` added up), rules that matched only."""
+        total: dict[str, int] = {}
+        for name, n in self.matches.items():
+            if n:
+                base = name.split("#", 1)[0]
+                total[base] = total.get(base, 0) + n
+        return total
+
 
 @dataclass
 class SaturationReport:
@@ -65,10 +74,8 @@ class SaturationReport:
         """Total matches per rule (variants of one rule added up), rules that matched only."""
         total: dict[str, int] = {}
         for it in self.iterations:
-            for name, n in it.matches.items():
-                if n:
-                    base = name.split("#", 1)[0]
-                    total[base] = total.get(base, 0) + n
+            for name, n in it.by_rule().items():
+                total[name] = total.get(name, 0) + n
         return total
 
 

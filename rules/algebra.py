@@ -14,13 +14,9 @@ from typing import Any
 
 from eqsat.ir import TensorType
 
-from .base import Rule, Variant, moderate, rand_perm, rule, vec
+from .base import Rule, Variant, both_ways, moderate, rand_perm, rule, vec
 
 F32 = "float32"
-
-
-def _both(lhs: str, rhs: str, *when: str) -> tuple[Variant, Variant]:
-    return Variant(lhs, rhs, when), Variant(rhs, lhs, when)
 
 
 def _same_rank(*names: str) -> tuple[str, ...]:
@@ -130,19 +126,19 @@ RULES = [
         "matmul-assoc",
         "(AB)C = A(BC), also with transposed operands; the cost model picks the cheaper order",
         (
-            *_both(
+            *both_ways(
                 "(Matmul (Matmul a b 0 0 d) c 0 0 d)",
                 "(Matmul a (Matmul b c 0 0 d) 0 0 d)",
                 *_same_rank("a", "b", "c"),
                 *_plain("a"),
             ),
-            *_both(
+            *both_ways(
                 "(Matmul (Matmul a b 0 0 d) ct 0 1 d)",
                 "(Matmul a (Matmul b ct 0 1 d) 0 0 d)",
                 *_same_rank("a", "b", "ct"),
                 *_plain("a"),
             ),
-            *_both(
+            *both_ways(
                 "(Matmul at (Matmul b c 0 0 d) 1 0 d)",
                 "(Matmul (Matmul at b 1 0 d) c 0 0 d)",
                 *_same_rank("at", "b", "c"),
@@ -156,13 +152,13 @@ RULES = [
         "scale-through-matmul",
         "(c·x)·y = c·(x·y) = x·(c·y): the scale moves to whichever tensor is smallest",
         (
-            *_both(
+            *both_ways(
                 "(Matmul (Scale x c 0.0) y tx ty d)",
                 "(Scale (Matmul x y tx ty d) c 0.0)",
                 "(= d (dtype x))",
                 *_scalable("x", "c"),
             ),
-            *_both(
+            *both_ways(
                 "(Matmul x (Scale y c 0.0) tx ty d)",
                 "(Scale (Matmul x y tx ty d) c 0.0)",
                 "(= d (dtype x))",

@@ -16,7 +16,7 @@ from eqsat.ir import TensorType
 from eqsat.ops import OPS
 
 from .algebra import RULES as ALGEBRA
-from .base import UNARY_ATTRS, Rule, Variant, example_dtype, rand_shape, unary_pattern
+from .base import UNARY_ATTRS, Example, Rule, Variant, both_ways, example_dtype, rand_shape, unary_pattern
 
 F32 = "float32"
 SAME = "(= (shape x) (shape y))", "(= (shape y) (shape z))"
@@ -28,12 +28,8 @@ def pair(a: str, b: str, axis: str) -> str:
     return f"(Concat (TCons {a} (TCons {b} (TNil))) {axis})"
 
 
-def _both(lhs: str, rhs: str, *when: str) -> tuple[Variant, Variant]:
-    return Variant(lhs, rhs, when), Variant(rhs, lhs, when)
-
-
-def _three(rng: Any, dtype: str = F32) -> dict[str, Any]:
-    t = TensorType(rand_shape(rng, int(rng.integers(1, 4))), dtype)
+def _three(rng: Any) -> dict[str, Any]:
+    t = TensorType(rand_shape(rng, int(rng.integers(1, 4))), F32)
     return {"x": t, "y": t, "z": t}
 
 
@@ -49,7 +45,7 @@ def _parts(rng: Any) -> dict[str, Any]:
 
 def _concat_binary(op: str) -> tuple[Variant, Variant]:
     ctor = OPS[op].ctor
-    return _both(
+    return both_ways(
         pair(f"({ctor} a b)", f"({ctor} c d)", "ax"),
         f"({ctor} {pair('a', 'c', 'ax')} {pair('b', 'd', 'ax')})",
         "(= (shape a) (shape b))",
@@ -58,7 +54,7 @@ def _concat_binary(op: str) -> tuple[Variant, Variant]:
 
 
 def _concat_unary(op: str) -> tuple[Variant, Variant]:
-    return _both(
+    return both_ways(
         pair(unary_pattern(op, "a"), unary_pattern(op, "c"), "ax"),
         unary_pattern(op, pair("a", "c", "ax")),
     )
@@ -106,58 +102,60 @@ def _split_example(rng: Any) -> dict[str, Any]:
     return {**ex, "sizes": (a.shape[axis], c.shape[axis])}
 
 
-_SPLIT_SIZES = ("(= (vec-length sizes) 2)",)
-
 DISTRIBUTE = next(r for r in ALGEBRA if r.name == "matmul-distribute")
 
+
+def _axiom(
+    name: str, reason: str, variants: tuple[Variant, ...], example: Example, exact: bool = True
+) -> Rule:
+    """A rule of this theme: off by default in ``optimize``."""
+    return Rule(name, reason, variants, example, exact=exact, default=False)
+
+
+def _split_at_seam(index: int, part: str) -> Variant:
+    seam = ("(= (vec-length sizes) 2)", "(= (vec-get sizes 0) (vec-get (shape a) ax))")
+    return Variant(f"(Split {pair('a', 'c', 'ax')} ax sizes {index})", part, seam)
+
+
 RULES = [
-    Rule(
-        "add-commute",
-        "x + y = y + x (exact in IEEE arithmetic)",
-        (Variant("(Add x y)", "(Add y x)", SAME[:1]),),
-        _three,
-        default=False,
+    *(
+        _axiom(
+            f"{op}-commute",
+            f"x {sign} y = y {sign} x (exact in IEEE arithmetic)",
+            (Variant(f"({ctor} x y)", f"({ctor} y x)", SAME[:1]),),
+            _three,
+        )
+        for op, ctor, sign in (("add", "Add", "+"), ("mul", "Mul", "*"))
     ),
-    Rule(
-        "mul-commute",
-        "x * y = y * x (exact in IEEE arithmetic)",
-        (Variant("(Mul x y)", "(Mul y x)", SAME[:1]),),
-        _three,
-        default=False,
-    ),
-    Rule(
+    _axiom(
         "add-assoc",
         "(x + y) + z = x + (y + z): rounds differently, so only where sums reassociate",
-        _both("(Add (Add x y) z)", "(Add x (Add y z))", *SAME, *REASSOCIABLE),
+        both_ways("(Add (Add x y) z)", "(Add x (Add y z))", *SAME, *REASSOCIABLE),
         _three,
         exact=False,
-        default=False,
     ),
-    Rule(
+    _axiom(
         "mul-assoc",
         "(x * y) * z = x * (y * z): rounds differently (and a product may overflow in one grouping)",
-        _both("(Mul (Mul x y) z)", "(Mul x (Mul y z))", *SAME, *REASSOCIABLE),
+        both_ways("(Mul (Mul x y) z)", "(Mul x (Mul y z))", *SAME, *REASSOCIABLE),
         _three,
         exact=False,
-        default=False,
     ),
-    Rule(
+    _axiom(
         "mul-distribute",
         "x * (y + z) = x*y + x*z: rounds differently",
-        _both("(Mul x (Add y z))", "(Add (Mul x y) (Mul x z))", *SAME, *REASSOCIABLE),
+        both_ways("(Mul x (Add y z))", "(Add (Mul x y) (Mul x z))", *SAME, *REASSOCIABLE),
         _three,
         exact=False,
-        default=False,
     ),
-    Rule(
+    _axiom(
         "matmul-expand",
         "(x+y)@w = x@w + y@w and w@(x+y) = w@x + w@y: matmul-distribute read backwards",
         tuple(Variant(v.rhs, v.lhs, v.when) for v in DISTRIBUTE.variants if isinstance(v, Variant)),
         DISTRIBUTE.example,
         exact=False,
-        default=False,
     ),
-    Rule(
+    _axiom(
         "concat-of-elementwise",
         "an elementwise op of two concatenations of equal-shape parts is the concatenation of the ops",
         tuple(
@@ -167,9 +165,8 @@ RULES = [
             for v in _concat_binary(op)
         ),
         _parts,
-        default=False,
     ),
-    Rule(
+    _axiom(
         "concat-of-unary",
         "a unary elementwise op of a concatenation is the concatenation of the op of each part",
         tuple(
@@ -179,19 +176,18 @@ RULES = [
             for v in _concat_unary(op)
         ),
         _unary_example,
-        default=False,
     ),
-    Rule(
+    _axiom(
         "concat-of-matmuls",
         "[a; b] @ w = [a @ w; b @ w], a @ [w, v] = [a @ w, a @ v], [a, a2] @ [w; w2] = a @ w + a2 @ w2",
         (
-            *_both(
+            *both_ways(
                 pair(_matmul("a", "w"), _matmul("b", "w"), "0"), _matmul(pair("a", "b", "0"), "w"), *_MATRICES
             ),
-            *_both(
+            *both_ways(
                 pair(_matmul("a", "w"), _matmul("a", "v"), "1"), _matmul("a", pair("w", "v", "1")), *_MATRICES
             ),
-            *_both(
+            *both_ways(
                 f"(Add {_matmul('a', 'w')} {_matmul('a2', 'w2')})",
                 _matmul(pair("a", "a2", "1"), pair("w", "w2", "0")),
                 *_MATRICES,
@@ -201,9 +197,8 @@ RULES = [
         ),
         _matrices,
         exact=False,
-        default=False,
     ),
-    Rule(
+    _axiom(
         "concat-nested-swap",
         "a 2x2 block tensor concatenated along i then j is the same concatenated along j then i",
         (
@@ -218,24 +213,11 @@ RULES = [
             ),
         ),
         _nested,
-        default=False,
     ),
-    Rule(
+    _axiom(
         "split-of-concat",
         "splitting a concatenation at its seam gives back its parts",
-        (
-            Variant(
-                f"(Split {pair('a', 'c', 'ax')} ax sizes 0)",
-                "a",
-                (*_SPLIT_SIZES, "(= (vec-get sizes 0) (vec-get (shape a) ax))"),
-            ),
-            Variant(
-                f"(Split {pair('a', 'c', 'ax')} ax sizes 1)",
-                "c",
-                (*_SPLIT_SIZES, "(= (vec-get sizes 0) (vec-get (shape a) ax))"),
-            ),
-        ),
+        (_split_at_seam(0, "a"), _split_at_seam(1, "c")),
         _split_example,
-        default=False,
     ),
 ]

@@ -83,6 +83,11 @@ class Rule:
         ]
 
 
+def both_ways(lhs: str, rhs: str, *when: str) -> tuple[Variant, Variant]:
+    """``lhs -> rhs`` and ``rhs -> lhs``, under the same guard."""
+    return Variant(lhs, rhs, when), Variant(rhs, lhs, when)
+
+
 def rule(
     name: str, reason: str, lhs: str, rhs: str, *when: str, example: Example, exact: bool = True
 ) -> Rule:
