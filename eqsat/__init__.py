@@ -2,17 +2,27 @@
 
 from eqsat.api import OptimizeResult, Report, optimize
 from eqsat.cost import CostModel, Flops, NodeCount, Roofline
-from eqsat.errors import EqsatError, MiscompileError, ParseError, ShapeError, UnsupportedError
+from eqsat.errors import (
+    EqsatError,
+    MiscompileError,
+    ParseError,
+    ShapeError,
+    UnsoundRuleError,
+    UnsupportedError,
+)
 from eqsat.frontend.builder import Builder
 from eqsat.frontend.jax import from_jax
 from eqsat.frontend.pir import load, parse_pir
 from eqsat.ir import Op, Program, TensorType, Value, parse_program
 from eqsat.jit import jit
+from eqsat.patterns import Built
 from eqsat.prove import Equivalence, equivalent
 from eqsat.saturate import Limits
+from eqsat.user_rules import rule
 
 __all__ = [
     "Builder",
+    "Built",
     "CostModel",
     "EqsatError",
     "Equivalence",
@@ -28,6 +38,7 @@ __all__ = [
     "Roofline",
     "ShapeError",
     "TensorType",
+    "UnsoundRuleError",
     "UnsupportedError",
     "Value",
     "equivalent",
@@ -37,4 +48,5 @@ __all__ = [
     "optimize",
     "parse_pir",
     "parse_program",
+    "rule",
 ]

@@ -136,7 +136,7 @@ def _negative_zero(value: Any) -> bool:
     return isinstance(value, float) and value == 0.0 and math.copysign(1.0, value) < 0
 
 
-def _needs_opaque(op: Op) -> bool:
+def needs_opaque(op: Op) -> bool:
     """Encoded as opaque: canonical ops whose rank-dependent rules were not generated, and ops with a
     -0.0 attribute (egglog's f64 equates -0.0 with 0.0, so the sign of zero would be lost)."""
     if op.name == OPAQUE:
@@ -148,7 +148,8 @@ def _needs_opaque(op: Op) -> bool:
     return op.name != "full" and any(_negative_zero(v) for v in op.attrs.values())
 
 
-def _tlist(names: list[str]) -> str:
+def tlist(names: list[str]) -> str:
+    """A TList of tensor terms."""
     out = "(TNil)"
     for n in reversed(names):
         out = f"(TCons {n} {out})"
@@ -183,16 +184,16 @@ def encode(program: Program) -> Encoding:
         typed(name, v.type)
     for op in program.live_ops():
         args = [names[id(v)] for v in op.inputs]
-        if _needs_opaque(op):
+        if needs_opaque(op):
             key = f"op{len(enc.opaque)}"
             enc.opaque[key] = op
             for i, out in enumerate(op.outputs):
                 names[id(out)] = name = f"$v{len(names)}"
-                cmds.append(f'(let {name} (Opaque "{key}" {_tlist(args)} {i}))')
+                cmds.append(f'(let {name} (Opaque "{key}" {tlist(args)} {i}))')
                 typed(name, out.type)
             continue
         spec = OPS[op.name]
-        ins = [_tlist(args)] if spec.arity == VARIADIC else args
+        ins = [tlist(args)] if spec.arity == VARIADIC else args
         attrs = {a.name: literal(op.attrs[a.name]) for a in spec.attrs}
         names[id(op.output)] = name = f"$v{len(names)}"
         if op.name == "full" and _negative_zero(op.attrs["value"]):  # -0.0 is -(0.0), exactly

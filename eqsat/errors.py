@@ -27,3 +27,12 @@ class UnsupportedError(EqsatError):
 
 class MiscompileError(EqsatError):
     """The optimized program computes something other than the original."""
+
+
+class UnsoundRuleError(EqsatError):
+    """A rule written by a user whose sides differ: ``inputs`` is the counterexample (by parameter
+    name), ``lhs`` and ``rhs`` what each side computed from it."""
+
+    def __init__(self, message: str, inputs: dict[str, object], lhs: object, rhs: object) -> None:
+        super().__init__(message)
+        self.inputs, self.lhs, self.rhs = inputs, lhs, rhs

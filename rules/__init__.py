@@ -28,10 +28,12 @@ ALL_RULES: list[Rule] = [r for rs in RULESETS.values() for r in rs]
 
 EXACT = "exact"  # the selector of every exact rule that is on by default
 ALL = "all"  # the selector of every rule, the axioms off by default included
+DEFAULT = "default"  # the selector of the rules on by default (to add a user's rule beside them)
 
 
 def select(names: Iterable[str] | None = None) -> list[Rule]:
-    """Rules by theme, by rule name, ``"exact"`` (every exact rule on by default) or ``"all"``;
+    """Rules by theme, by rule name, ``"default"``, ``"exact"`` (every exact rule on by default) or
+    ``"all"``;
     ``None``: the rules on by default. Unknown names raise ``KeyError`` listing the known."""
     if names is None:
         return [r for r in ALL_RULES if r.default]
@@ -40,6 +42,8 @@ def select(names: Iterable[str] | None = None) -> list[Rule]:
     for n in names:
         if n == ALL:
             out.extend(ALL_RULES)
+        elif n == DEFAULT:
+            out.extend(r for r in ALL_RULES if r.default)
         elif n == EXACT:
             out.extend(r for r in ALL_RULES if r.exact and r.default)
         elif n in RULESETS:
@@ -47,7 +51,8 @@ def select(names: Iterable[str] | None = None) -> list[Rule]:
         elif n in by_name:
             out.append(by_name[n])
         else:
-            raise KeyError(f"unknown rule or theme {n!r} (themes: {', '.join(RULESETS)}, {EXACT}, {ALL})")
+            known = ", ".join([*RULESETS, DEFAULT, EXACT, ALL])
+            raise KeyError(f"unknown rule or theme {n!r} (themes: {known})")
     return out
 
 

@@ -10,16 +10,17 @@ concat forms of matmuls only apply to dtypes that reassociate (float32, float64,
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from eqsat.ir import TensorType
 from eqsat.ops import OPS
+from eqsat.patterns import Side, traced_rule
 
 from .algebra import RULES as ALGEBRA
 from .base import UNARY_ATTRS, Example, Rule, Variant, both_ways, example_dtype, rand_shape, unary_pattern
 
 F32 = "float32"
-SAME = "(= (shape x) (shape y))", "(= (shape y) (shape z))"
 REASSOCIABLE = ("(reassociable (dtype x))",)
 
 
@@ -117,35 +118,60 @@ def _split_at_seam(index: int, part: str) -> Variant:
     return Variant(f"(Split {pair('a', 'c', 'ax')} ax sizes {index})", part, seam)
 
 
+def _elementwise(name: str, reason: str, lhs: Side, rhs: Side, *when: str, exact: bool) -> Rule:
+    """An axiom of elementwise ops over tensors of one shape, written as two functions."""
+    same = [TensorType((2, 3), F32)] * 3
+    made, _ = traced_rule(
+        name,
+        reason,
+        lhs=lhs,
+        rhs=rhs,
+        examples=[same],
+        when=when,
+        exact=exact,
+        default=False,
+        both_ways=not exact,
+    )
+    return replace(made, example=_three)
+
+
 RULES = [
-    *(
-        _axiom(
-            f"{op}-commute",
-            f"x {sign} y = y {sign} x (exact in IEEE arithmetic)",
-            (Variant(f"({ctor} x y)", f"({ctor} y x)", SAME[:1]),),
-            _three,
-        )
-        for op, ctor, sign in (("add", "Add", "+"), ("mul", "Mul", "*"))
+    _elementwise(
+        "add-commute",
+        "x + y = y + x (exact in IEEE arithmetic)",
+        lambda x, y, z: x + y,
+        lambda x, y, z: y + x,
+        exact=True,
     ),
-    _axiom(
+    _elementwise(
+        "mul-commute",
+        "x * y = y * x (exact in IEEE arithmetic)",
+        lambda x, y, z: x * y,
+        lambda x, y, z: y * x,
+        exact=True,
+    ),
+    _elementwise(
         "add-assoc",
         "(x + y) + z = x + (y + z): rounds differently, so only where sums reassociate",
-        both_ways("(Add (Add x y) z)", "(Add x (Add y z))", *SAME, *REASSOCIABLE),
-        _three,
+        lambda x, y, z: (x + y) + z,
+        lambda x, y, z: x + (y + z),
+        *REASSOCIABLE,
         exact=False,
     ),
-    _axiom(
+    _elementwise(
         "mul-assoc",
         "(x * y) * z = x * (y * z): rounds differently (and a product may overflow in one grouping)",
-        both_ways("(Mul (Mul x y) z)", "(Mul x (Mul y z))", *SAME, *REASSOCIABLE),
-        _three,
+        lambda x, y, z: (x * y) * z,
+        lambda x, y, z: x * (y * z),
+        *REASSOCIABLE,
         exact=False,
     ),
-    _axiom(
+    _elementwise(
         "mul-distribute",
         "x * (y + z) = x*y + x*z: rounds differently",
-        both_ways("(Mul x (Add y z))", "(Add (Mul x y) (Mul x z))", *SAME, *REASSOCIABLE),
-        _three,
+        lambda x, y, z: x * (y + z),
+        lambda x, y, z: x * y + x * z,
+        *REASSOCIABLE,
         exact=False,
     ),
     _axiom(

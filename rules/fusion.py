@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eqsat.egraph import ANALYSIS
+from eqsat.egraph import ANALYSIS, tlist
 from eqsat.ir import TensorType
 
 from .base import MultiVariant, Rule, Variant, vec
@@ -49,12 +49,6 @@ def _merge(kind: str, n: int, r: int) -> MultiVariant:
     facts += [f"(= sw{i} (shape w{i}))" for i in idx] + [f"(= (vec-length sw{i}) 2)" for i in idx]
     facts += [f"(constant-weight w{i})" for i in idx]
     facts.append(f"(= (vec-length (shape m1)) {r})")
-
-    def tlist(names: list[str]) -> str:
-        out = "(TNil)"
-        for name in reversed(names):
-            out = f"(TCons {name} {out})"
-        return out
 
     weights = f"(Concat {tlist([f'w{i}' for i in idx])} 1)"
     merged = (
