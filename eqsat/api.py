@@ -69,15 +69,23 @@ class OptimizeResult:
     original: Program
     report: Report
     egraph: Serialized | None = None
+    outputs: list[str] = field(default_factory=list)  # the e-classes of the e-graph's outputs
 
-    def show(self, what: str = "program") -> Any:
-        """A picture (SVG, shown inline in notebooks): ``program`` (optimized), ``original``, ``egraph``."""
+    def show(
+        self, what: str = "program", *, around: int | str | None = None, depth: int | None = None, **caps: int
+    ) -> Any:
+        """A picture (SVG, shown inline in notebooks): ``program`` (optimized), ``original``, ``egraph``.
+        For the e-graph, ``around`` (an output's index or an e-class id) and ``depth`` choose a view,
+        ``max_classes`` caps it (see ``eqsat.show.egraph_graph``)."""
         from eqsat.show import Picture, egraph_graph, program_graph
 
         if what == "egraph":
             if self.egraph is None:
                 raise ValueError("this result kept no e-graph")
-            return Picture(egraph_graph(self.egraph))
+            start = (
+                [self.outputs[around]] if isinstance(around, int) else None if around is None else [around]
+            )
+            return Picture(egraph_graph(self.egraph, start, depth, **caps))
         program = {"program": self.program, "original": self.original}[what]
         return Picture(program_graph(program, what))
 
@@ -147,7 +155,7 @@ def _optimize_repeats(
         best, after = original, before
         note += "; extraction found nothing cheaper, the input is returned"
     report = replace(result.report, cost_before=before, cost_after=after, note=note)
-    return OptimizeResult(best, original, report, result.egraph)
+    return OptimizeResult(best, original, report, result.egraph, result.outputs)
 
 
 def _optimize_whole(
@@ -198,7 +206,7 @@ def _optimize_whole(
     if after > before:
         best, after, note = original, before, "extraction found nothing cheaper; the input is returned"
     report = Report(sat, model.name, before, after, timings, note, extractor)
-    return OptimizeResult(best, original, report, graph)
+    return OptimizeResult(best, original, report, graph, [graph.roots[r] for r in enc.roots])
 
 
 def _unchanged(program: Program, model: CostModel, timings: dict[str, float], note: str) -> OptimizeResult:

@@ -98,7 +98,8 @@ def _show(args: argparse.Namespace) -> int:
         print(f"wrote {args.svg}")
     if args.egraph_svg:
         result = eqsat.optimize(program)
-        result.show("egraph").save(args.egraph_svg)
+        caps = {"max_classes": args.max_classes} if args.max_classes else {}
+        result.show("egraph", depth=args.depth, **caps).save(args.egraph_svg)
         print(f"wrote {args.egraph_svg} (the saturated e-graph)")
     return 0
 
@@ -194,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("file")
     show.add_argument("--svg", help="draw the program (graphviz) into this SVG file")
     show.add_argument("--egraph-svg", help="saturate it and draw the e-graph into this SVG file")
+    show.add_argument(
+        "--depth", type=int, help="e-graph picture: only classes this many reads from the outputs"
+    )
+    show.add_argument("--max-classes", type=int, help="e-graph picture: at most this many e-classes (150)")
     show.set_defaults(func=_show)
 
     rules = sub.add_parser("rules", help="list the rewrite rules by theme")

@@ -9,11 +9,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import graphviz
 
-from eqsat.egraph import Serialized
+from eqsat.egraph import Node, Serialized
 from eqsat.errors import EqsatError
 from eqsat.ir import Program
 from eqsat.text import format_attr_value
@@ -54,14 +55,33 @@ class Picture:
         return path
 
 
+# Helvetica's widest common glyphs (digits, lowercase) are about 0.56 em; 0.62 em a character leaves
+# room for the layout engine's own estimate, which is narrower than the renderer's (graphviz-pure's).
+_EM_PER_CHAR = 0.62
+_PAD_INCHES = 0.3
+
+
+def _fit(label: str, fontsize: float) -> str:
+    """The minimum node width (inches) that holds every line of ``label`` at ``fontsize``."""
+    longest = max(len(line) for line in label.split("\\n"))
+    return f"{longest * fontsize * _EM_PER_CHAR / 72 + _PAD_INCHES:.2f}"
+
+
+def _value(value: object) -> str:
+    if isinstance(value, tuple):
+        return "(" + ", ".join(map(str, value)) + ")"
+    return format_attr_value(value)  # type: ignore[arg-type]
+
+
 def _label(name: str, attrs: dict) -> str:
     shown = {k: v for k, v in attrs.items() if k != "dtype" or name == "cast"}
-    details = "\\n".join(f"{k}={format_attr_value(v)}" for k, v in shown.items())
+    details = "\\n".join(f"{k}={_value(v)}" for k, v in shown.items())
     return f"{name}\\n{details}" if details else name
 
 
 def program_graph(program: Program, title: str = "") -> graphviz.Digraph:
-    """Ops as boxes, values as edges labelled with their types."""
+    """Ops as boxes (attributes under the name, each box as wide as its longest line), values as edges
+    labelled with their types."""
     g = graphviz.Digraph(
         graph_attr={"rankdir": "TB", "label": title, "fontsize": "12"},
         node_attr={"shape": "box", "fontsize": "10", "fontname": "Helvetica"},
@@ -71,39 +91,118 @@ def program_graph(program: Program, title: str = "") -> graphviz.Digraph:
     for kind, values in (("input", program.inputs), ("param", program.params)):
         for i, v in enumerate(values):
             nid = f"{kind}{i}"
-            g.node(nid, f"{kind} {v.name}", shape=_SHAPES[kind])
+            label = f"{kind} {v.name}"
+            g.node(nid, label, shape=_SHAPES[kind], width=_fit(label, 10))
             producer[id(v)] = nid
     for i, op in enumerate(program.live_ops()):
         nid = f"op{i}"
         name = str(op.attrs.get("op", op.name)) if op.name == "opaque" else op.name
-        attrs = {k: v for k, v in op.attrs.items() if k != "op"}
-        g.node(nid, _label(name, attrs), style="dashed" if op.name == "opaque" else "solid")
+        label = _label(name, {k: v for k, v in op.attrs.items() if k != "op"})
+        g.node(nid, label, style="dashed" if op.name == "opaque" else "solid", width=_fit(label, 10))
         for v in op.inputs:
             g.edge(producer[id(v)], nid, label=str(v.type))
         for out in op.outputs:
             producer[id(out)] = nid
     for i, (v, name) in enumerate(zip(program.outputs, program.output_names, strict=True)):
-        g.node(f"out{i}", name, shape=_SHAPES["output"])
+        g.node(f"out{i}", name, shape=_SHAPES["output"], width=_fit(name, 10))
         g.edge(producer[id(v)], f"out{i}", label=str(v.type))
     return g
 
 
-def egraph_graph(graph: Serialized, max_classes: int = 400) -> graphviz.Digraph:
-    """E-classes as clusters of their e-nodes; an edge from each node to the classes it reads."""
+MAX_CLASSES = 150  # more than this many e-classes in one picture is unreadable
+
+
+def _reads(graph: Serialized, node: Node) -> list[str]:
+    """The tensor classes an e-node reads (the elements of a list operand, in order)."""
+    out = []
+    for c in node.children:
+        if c in graph.values or c not in graph.classes:
+            continue
+        first = graph.classes[c][0]
+        out.extend(
+            graph.list_classes(c, lambda k: graph.classes[k][0]) if first.op in ("TNil", "TCons") else [c]
+        )
+    return out
+
+
+def _node_label(graph: Serialized, node: Node) -> str:
+    attrs = [_value(graph.value(c)) for c in node.children if c in graph.values]
+    return "\\n".join([node.op, *attrs]) if attrs else node.op
+
+
+def _tensor_classes(graph: Serialized) -> dict[str, list[Node]]:
+    return {c: ns for c, ns in graph.classes.items() if ns[0].op not in ("TNil", "TCons")}
+
+
+def egraph_view(
+    graph: Serialized,
+    around: Iterable[str] | None = None,
+    depth: int | None = None,
+    max_classes: int = MAX_CLASSES,
+) -> tuple[list[str], int]:
+    """The e-classes a picture shows: those within ``depth`` reads of ``around`` (default: the classes
+    nothing reads, i.e. the outputs), breadth first, at most ``max_classes``; and how many there are
+    within the depth in all."""
+    classes = _tensor_classes(graph)
+    if around is None:
+        read = {c for ns in classes.values() for n in ns for c in _reads(graph, n)}
+        around = [c for c in classes if c not in read]
+    start = list(dict.fromkeys(around))
+    unknown = [c for c in start if c not in classes]
+    if unknown:
+        raise EqsatError(f"no e-class {unknown[0]!r} in this e-graph")
+    level, seen, frontier = 0, dict.fromkeys(start), start
+    while frontier and (depth is None or level < depth):
+        nxt = [c for k in frontier for n in classes[k] for c in _reads(graph, n) if c not in seen]
+        seen.update(dict.fromkeys(nxt))
+        frontier, level = list(dict.fromkeys(nxt)), level + 1
+    return list(seen)[:max_classes], len(seen)
+
+
+def egraph_graph(
+    graph: Serialized,
+    around: Iterable[str] | None = None,
+    depth: int | None = None,
+    max_classes: int = MAX_CLASSES,
+) -> graphviz.Digraph:
+    """An e-graph drawn as egg and egglog draw them: each e-class a cluster holding its e-nodes (with
+    their attributes), an edge from each e-node to each e-class it reads, ending at the cluster.
+
+    ``around`` (e-class ids; default the outputs) and ``depth`` choose a view (see ``egraph_view``);
+    past ``max_classes`` the picture stops and its title says how many classes it leaves out. Classes
+    not drawn that a drawn node reads appear as dotted ``…`` stubs."""
+    shown, total = egraph_view(graph, around, depth, max_classes)
+    title = f"{len(shown)} e-classes"
+    if total > len(shown):
+        title = (
+            f"showing {len(shown)} of {total} e-classes (max_classes={max_classes}); "
+            "pass around= and depth= to see another part"
+        )
     g = graphviz.Digraph(
-        graph_attr={"compound": "true", "fontsize": "10"},
+        graph_attr={"compound": "true", "fontsize": "10", "label": title, "labelloc": "t", "newrank": "true"},
         node_attr={"shape": "box", "fontsize": "9", "fontname": "Helvetica"},
+        edge_attr={"arrowsize": "0.6"},
     )
-    classes = list(graph.classes.items())[:max_classes]
-    anchor = {cid: f"{cid}:{nodes[0].id}" for cid, nodes in classes}
-    for cid, nodes in classes:
-        with g.subgraph(name=f"cluster_{cid}") as c:
-            c.attr(style="rounded,dashed", label=str(graph.types.get(cid, "")), fontsize="8")
-            for n in nodes:
-                c.node(f"{cid}:{n.id}", n.op)
-    for cid, nodes in classes:
-        for n in nodes:
-            for child in n.children:
-                if child in anchor:
-                    g.edge(f"{cid}:{n.id}", anchor[child], lhead=f"cluster_{child}")
+    classes = _tensor_classes(graph)
+    index = {cid: i for i, cid in enumerate(shown)}
+    ids: dict[str, str] = {}
+    for cid in shown:
+        with g.subgraph(name=f"cluster_{index[cid]}") as c:
+            c.attr(style="rounded,dashed", label=f"{cid}: {graph.types.get(cid, '')}", fontsize="8")
+            for n in classes[cid]:
+                ids[n.id] = nid = f"n{len(ids)}"
+                label = _node_label(graph, n)
+                c.node(nid, label, width=_fit(label, 9))
+    stubs: dict[str, str] = {}
+    for cid in shown:
+        for n in classes[cid]:
+            for child in dict.fromkeys(_reads(graph, n)):
+                if child in index:
+                    into = {"lhead": f"cluster_{index[child]}"} if child != cid else {}
+                    g.edge(ids[n.id], ids[classes[child][0].id], **into)
+                else:
+                    if child not in stubs:
+                        stubs[child] = f"more{len(stubs)}"
+                        g.node(stubs[child], "…", style="dotted", tooltip=f"e-class {child}, not drawn")
+                    g.edge(ids[n.id], stubs[child], style="dotted")
     return g

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,13 @@ def test_bad_input_is_an_error_message_not_a_traceback(tmp_path, capsys):
 def test_unknown_command_exits_with_usage():
     with pytest.raises(SystemExit):
         main(["frobnicate"])
+
+
+def test_show_draws_the_program_and_a_view_of_the_egraph(tmp_path, capsys):
+    source = Path(__file__).parents[1] / "examples" / "pir" / "drr_transpose_before.pir"
+    program_svg, egraph_svg = tmp_path / "p.svg", tmp_path / "e.svg"
+    args = ["show", str(source), "--svg", str(program_svg), "--egraph-svg", str(egraph_svg)]
+    assert main([*args, "--depth", "1", "--max-classes", "3"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert program_svg.read_text().count('class="node"') > 2
+    assert egraph_svg.read_text().count('class="cluster"') <= 3

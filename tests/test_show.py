@@ -1,0 +1,134 @@
+"""Pictures, checked on the rendered SVG: e-classes as clusters holding their e-nodes, edges that end
+at the cluster of the class they read, layered (not one row), views around a class with a depth,
+the cap with its message, and program boxes as wide as their labels."""
+
+from __future__ import annotations
+
+import html
+import re
+import xml.etree.ElementTree as ET
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import eqsat
+from eqsat.show import Picture, egraph_graph, egraph_view, program_graph
+
+SVG = "{http://www.w3.org/2000/svg}"
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _attention(q, k, v):
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / 8.0
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1), v)
+
+
+@pytest.fixture(scope="module")
+def result() -> eqsat.OptimizeResult:
+    x = jnp.ones((1, 16, 2, 8))
+    return eqsat.optimize(eqsat.from_jax(_attention, x, x, x))
+
+
+def _points(text: str) -> list[tuple[float, float]]:
+    nums = [float(n) for n in NUMBER.findall(text)]
+    return list(zip(nums[::2], nums[1::2], strict=True))
+
+
+def _box(points: list[tuple[float, float]]) -> tuple[float, float, float, float]:
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def _parts(svg: str) -> tuple[dict, dict, dict]:
+    """Cluster boxes, node boxes (with their text lines) and edge end points, by graphviz name."""
+    clusters, nodes, edges = {}, {}, {}
+    for g in ET.fromstring(svg).iter(f"{SVG}g"):
+        title = g.find(f"{SVG}title")
+        shape = next(e for e in g.iter() if e.tag in (f"{SVG}polygon", f"{SVG}path", f"{SVG}ellipse"))
+        if g.get("class") == "cluster":
+            clusters[title.text] = _box(_points(shape.get("d") or shape.get("points")))
+        elif g.get("class") == "node":
+            texts = [(t.text or "", float(t.get("font-size"))) for t in g.iter(f"{SVG}text")]
+            if shape.tag == f"{SVG}ellipse":
+                cx, cy, rx, ry = (float(shape.get(k)) for k in ("cx", "cy", "rx", "ry"))
+                nodes[title.text] = ((cx - rx, cy - ry, cx + rx, cy + ry), texts)
+            else:
+                nodes[title.text] = (_box(_points(shape.get("points") or shape.get("d"))), texts)
+        elif g.get("class") == "edge":
+            edges[title.text] = _points(g.find(f".//{SVG}path").get("d"))[-1]
+    return clusters, nodes, edges
+
+
+def _membership(source: str) -> dict[str, str]:
+    """node -> cluster, from the dot source."""
+    out = {}
+    for name, body in re.findall(r"subgraph (cluster_\d+) \{(.*?)\n\t\}", source, re.S):
+        for node in re.findall(r"^\t\t(n\d+) \[", body, re.M):
+            out[node] = name
+    return out
+
+
+def _distance_to_border(p: tuple[float, float], box: tuple[float, float, float, float]) -> float:
+    x, y = p
+    x0, y0, x1, y1 = box
+    dx, dy = max(x0 - x, 0, x - x1), max(y0 - y, 0, y - y1)
+    if dx or dy:
+        return (dx * dx + dy * dy) ** 0.5
+    return min(x - x0, x1 - x, y - y0, y1 - y)
+
+
+def test_eclasses_are_clusters_of_their_nodes_and_edges_end_at_the_class(result):
+    picture = result.show("egraph")
+    clusters, nodes, edges = _parts(picture.svg)
+    members = _membership(picture.graph.source)
+    assert len(clusters) == len(egraph_view(result.egraph)[0]) == len(result.egraph.classes) - _lists(result)
+    assert set(members) == {n for n in nodes if n.startswith("n")}
+    for node, cluster in members.items():
+        (x0, y0, x1, y1), _ = nodes[node]
+        cx0, cy0, cx1, cy1 = clusters[cluster]
+        assert cx0 <= x0 and x1 <= cx1 and cy0 <= y0 and y1 <= cy1, f"{node} outside {cluster}"
+    into = re.findall(r"(n\d+) -> (n\d+) \[lhead=(cluster_\d+)", picture.graph.source)
+    assert into, "no edge into a class"
+    for tail, head, cluster in into:
+        end = edges[f"{tail}->{head}"]
+        assert _distance_to_border(end, clusters[cluster]) < 12, f"{tail}->{head} stops away from {cluster}"
+    rows = {round(box[1]) for box in clusters.values()}
+    assert len(rows) > 3, "clusters laid out in one row"
+
+
+def _lists(result) -> int:
+    return sum(ns[0].op in ("TNil", "TCons") for ns in result.egraph.classes.values())
+
+
+def test_a_view_around_an_output_is_depth_limited_and_stubs_what_it_leaves_out(result):
+    out = result.outputs[0]
+    shown, _ = egraph_view(result.egraph, [out], depth=2)
+    assert shown[0] == out and 1 < len(shown) < len(egraph_view(result.egraph, [out])[0])
+    picture = result.show("egraph", around=0, depth=2)
+    clusters, nodes, _ = _parts(picture.svg)
+    assert len(clusters) == len(shown)
+    assert any(texts == [("…", 9.0)] for _, texts in nodes.values())  # classes beyond the depth
+    with pytest.raises(eqsat.EqsatError, match="no e-class"):
+        egraph_graph(result.egraph, ["Tensor-nope"])
+
+
+def test_large_egraphs_are_capped_with_a_message(result):
+    picture = result.show("egraph", max_classes=5)
+    clusters, _, _ = _parts(picture.svg)
+    assert len(clusters) == 5
+    total = len(egraph_view(result.egraph)[0])
+    assert f"showing 5 of {total} e-classes" in html.unescape(picture.svg)
+
+
+def test_program_labels_fit_their_boxes():
+    b = eqsat.Builder()
+    x = b.input("a_rather_long_input_name", (2, 3, 4, 5, 6))
+    y = b.transpose(b.reshape(x, shape=(6, 4, 5, 2, 3)), perm=(4, 3, 2, 1, 0))
+    picture = Picture(program_graph(b.build(b.cast(y, dtype="bfloat16"))))
+    _, nodes, _ = _parts(picture.svg)
+    assert len(nodes) == 5
+    for name, ((x0, _, x1, _), texts) in nodes.items():
+        # Helvetica: digits and lowercase letters are about 0.56 em wide.
+        widest = max(len(t) * size * 0.56 for t, size in texts)
+        assert x1 - x0 >= widest, f"{name}: {texts} does not fit {x1 - x0:.0f} px"
