@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint fuzz bench clean
+.PHONY: setup demo test lint fuzz bench clean notebooks
 
 setup: $(STAMP)
 
@@ -23,6 +23,9 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+notebooks: $(STAMP)
+	$(PY) scripts/execute_notebooks.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,6 +1,7 @@
 """Proofs of equivalence: are two programs equal under the rules, and by which rule applications?
 
-Both programs go into one e-graph, reading the same inputs (by position); saturation stops as soon as
+Both programs, with their unit dims canonicalized as ``optimize`` does (``layout.drop_unit_dims``, exact),
+go into one e-graph, reading the same inputs (by position); saturation stops as soon as
 each output of one shares an e-class with the same output of the other. The explanation is the
 project's own record: the rules are cut down to a set of which each one is needed (saturating without
 any one of them no longer proves it), and the proof lists, per iteration of saturation with exactly
@@ -21,6 +22,7 @@ from egglog import bindings
 from eqsat.egraph import encode
 from eqsat.errors import ShapeError
 from eqsat.ir import Op, Program, Value
+from eqsat.layout import drop_unit_dims
 from eqsat.rules import ALL, Rule, resolve
 from eqsat.saturate import GOAL_REACHED, Limits, SaturationReport, fresh_egraph, saturate
 
@@ -81,7 +83,7 @@ def equivalent(
     t0 = time.perf_counter()
     chosen = resolve(rules, [ALL])
     limits = limits or Limits()
-    a, b = (_program(p, example_args) for p in (f, g))
+    a, b = (drop_unit_dims(_program(p, example_args)) for p in (f, g))
     mismatch = _output_mismatch(a, b)
     if mismatch:
         return Equivalence(False, mismatch, seconds=time.perf_counter() - t0)

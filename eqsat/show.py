@@ -134,6 +134,12 @@ def _tensor_classes(graph: Serialized) -> dict[str, list[Node]]:
     return {c: ns for c, ns in graph.classes.items() if ns[0].op not in ("TNil", "TCons")}
 
 
+def classes_with(graph: Serialized, op: str) -> list[str]:
+    """The e-classes holding an e-node of constructor ``op`` (e.g. ``"Attention"``): places to look
+    ``around``."""
+    return [cid for cid, nodes in _tensor_classes(graph).items() if any(n.op == op for n in nodes)]
+
+
 def egraph_view(
     graph: Serialized,
     around: Iterable[str] | None = None,

@@ -139,3 +139,21 @@ def test_a_rule_that_breaks_saturation_gives_not_proven_not_an_exception():
     )
     result = eqsat.equivalent(jax.nn.relu, lambda x: x * 2.0, *_args((3, 4)), rules=[wrong])
     assert not result and result.reason.startswith("saturation failed")
+
+
+def test_attention_written_two_ways_with_a_batch_of_one_is_proven():
+    """Unit dims are canonicalized as optimize does, so the layouts libraries pick do not hide it."""
+    scale = 8**-0.5
+
+    def einsum_form(q, k, v):
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+    def matmul_form(q, k, v):
+        qt, kt, vt = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+        return (jax.nn.softmax((qt * scale) @ kt.swapaxes(-1, -2), -1) @ vt).transpose(0, 2, 1, 3)
+
+    x = jnp.ones((1, 16, 2, 8))
+    proof = eqsat.equivalent(einsum_form, matmul_form, x, x, x, rules=["default"])
+    assert proof.proven, proof
+    assert "scale-through-matmul" in proof.rules
