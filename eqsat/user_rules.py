@@ -25,7 +25,7 @@ import numpy as np
 from eqsat.errors import EqsatError, MiscompileError, UnsoundRuleError
 from eqsat.ir import TensorType
 from eqsat.patterns import Side, TracedVariant, TypeLike, bindings, resize, trace_side, traced_rule
-from eqsat.rules import Rule
+from eqsat.rules import ALL_RULES, Rule
 from eqsat.verify import check_rule, compare, loosest, random_array
 
 
@@ -53,6 +53,8 @@ def rule(
     Raises :class:`eqsat.UnsoundRuleError` with a counterexample if the sides differ, and
     :class:`eqsat.UnsupportedError` if a side cannot be a pattern (a constant array, an opaque op).
     """
+    if name in {r.name for r in ALL_RULES}:
+        raise EqsatError(f"rule name {name!r} is taken by a built-in rule; choose another")
     if (example is None) == (examples is None):
         raise EqsatError(f"rule {name}: give example= (one type per parameter) or examples= (several)")
     made, traced = traced_rule(

@@ -124,6 +124,10 @@ def test_sides_that_cannot_be_patterns_are_clear_errors():
         eqsat.rule("c", "r", lhs=lambda x: x + table, rhs=lambda x: table + x, example=[T((6,), F32)])
     with pytest.raises(eqsat.UnsupportedError, match="the rhs reads y, which the lhs does not"):
         eqsat.rule("u", "r", lhs=lambda x, y: x, rhs=lambda x, y: x + y - y, example=[T((6,), F32)] * 2)
+    with pytest.raises(eqsat.EqsatError, match="taken by a built-in rule"):
+        eqsat.rule(
+            "add-commute", "r", lhs=lambda x, y: x + y, rhs=lambda x, y: y + x, example=[T((6,), F32)] * 2
+        )
     with pytest.raises(eqsat.EqsatError, match="example"):
         eqsat.rule("e", "r", lhs=lambda x: x, rhs=lambda x: x)
 
