@@ -19,12 +19,15 @@ from eqsat.devices import FUSED_CPU_ATTENTION
 from eqsat.errors import ShapeError
 from eqsat.ir import DTYPES, TensorType, Value
 from eqsat.shapes import (
+    LAYOUTS,
     Attention,
     Broadcast,
     Concat,
+    Conv2d,
     FromAttr,
     Matmul,
     Permute,
+    Pool2d,
     Reduce,
     SameAs,
     ShapeRule,
@@ -340,6 +343,28 @@ def _bias_in_result_dtype(types: Sequence[TensorType], attrs: dict) -> str | Non
     return None
 
 
+_KERNEL_OUT = {"NCHW": 0, "NHWC": 3}  # the output-channel axis of a conv2d kernel (OIHW, HWIO)
+
+
+def _conv_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    """Two flops per multiply-add: each output element sums (input channels / groups) x KH x KW."""
+    return 2.0 * out.size * prod(ins[1].shape) / max(ins[1].shape[_KERNEL_OUT[attrs["layout"]]], 1)
+
+
+POOL_KINDS = ("max", "sum", "avg", "avg_exclusive")
+
+
+def _pool_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    return float(out.size * prod(attrs["window"]))
+
+
+def _per_channel(types: Sequence[TensorType], attrs: dict) -> str | None:
+    problem = _floats(types, attrs)
+    channels = types[0].shape[attrs["axis"]]
+    bad = [t.shape for t in types[1:] if t.shape != (channels,)]
+    return problem or (f"per-channel operands must be ({channels},), got {bad[0]}" if bad else None)
+
+
 def _unary(name: str, doc: str, floats_only: bool = True) -> OpDef:
     return OpDef(name, 1, doc, elementwise=True, check=_floats if floats_only else _numeric)
 
@@ -587,6 +612,46 @@ _OPS = [
         flops=_softmax_flops,
         axis_attr="axis",
         check=_floats,
+    ),
+]
+_WINDOW = (
+    Attr("strides", "ints", (1, 1)),
+    Attr("padding", "ints", (0, 0, 0, 0)),  # (top, bottom, left, right)
+)
+_LAYOUT = Attr("layout", "str", "NCHW", LAYOUTS)
+_OPS += [
+    OpDef(
+        "conv2d",
+        2,
+        "2-D convolution (cross-correlation) of x by kernel w: NCHW data with an OIHW kernel, or NHWC "
+        "with HWIO; strides, padding (top, bottom, left, right), dilations of the kernel, groups "
+        "(groups = channels: depthwise)",
+        (*_WINDOW, Attr("dilations", "ints", (1, 1)), Attr("groups", "int", 1), _LAYOUT),
+        Conv2d(),
+        flops=_conv_flops,
+        same_dtype=(0, 1),
+        check=_floats,
+    ),
+    OpDef(
+        "pool2d",
+        1,
+        "2-D pooling over window: max, sum, avg (divided by the window's size, padding included) or "
+        "avg_exclusive (by the count of elements inside the input); padding adds -inf for max, 0 else",
+        (Attr("kind", "str", choices=POOL_KINDS), Attr("window", "ints"), *_WINDOW, _LAYOUT),
+        Pool2d(),
+        flops=_pool_flops,
+        check=_floats,
+    ),
+    OpDef(
+        "batch_norm",
+        5,
+        "inference batch norm: (x - mean) * rsqrt(var + epsilon) * scale + bias, the per-channel vectors "
+        "(scale, bias, mean, var) along axis",
+        (Attr("epsilon", "float"), _AXIS),
+        flops=lambda i, o, a: 4.0 * o.size,
+        same_dtype=(0, 1, 2, 3, 4),
+        axis_attr="axis",
+        check=_per_channel,
     ),
 ]
 OPS: dict[str, OpDef] = {op.name: op for op in _OPS}

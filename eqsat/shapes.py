@@ -257,3 +257,94 @@ class Reduce(ShapeRule):
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         s, a, k = pattern["s0"], pattern["axis"], pattern["keepdim"]
         return [(f"(= {k} 1)", f"(vec-set {s} {a} 1)"), (f"(= {k} 0)", f"(vec-remove {s} {a})")]
+
+
+# 2-D windows (conv2d, pool2d). ``layout`` NCHW: data (N, C, H, W), kernel (O, I, KH, KW); NHWC: data
+# (N, H, W, C), kernel (KH, KW, I, O): the pairings of Paddle/PyTorch and of TensorFlow/flax.
+LAYOUTS = ("NCHW", "NHWC")
+_SPATIAL = {"NCHW": (2, 3), "NHWC": (1, 2)}
+_CHANNEL = {"NCHW": 1, "NHWC": 3}
+_KERNEL_SPATIAL = {"NCHW": (2, 3), "NHWC": (0, 1)}
+_KERNEL_IN_OUT = {"NCHW": (1, 0), "NHWC": (2, 3)}
+
+
+def window_out(size: int, k: int, lo: int, hi: int, stride: int, dilation: int = 1) -> int:
+    """The output length of a window of ``k`` (dilated) sliding over ``size`` padded by lo, hi."""
+    span = dilation * (k - 1) + 1
+    if stride < 1 or dilation < 1 or min(lo, hi) < 0 or size + lo + hi < span:
+        raise ShapeError(f"a window of {k} (dilation {dilation}) does not fit {size} padded by {lo}, {hi}")
+    return (size + lo + hi - span) // stride + 1
+
+
+def _egg_window_dims(pattern: dict[str, str], layout: str, kernel: Sequence[str], dilation: str) -> list[str]:
+    """egglog expressions of the output dims of a 2-D window over ``pattern``'s data ``s0`` in
+    ``layout``: ``kernel`` the window's sizes, ``dilation`` an IVec (or "" for none); channels kept."""
+    x, p, st = pattern["s0"], pattern["padding"], pattern["strides"]
+    dims = [f"(vec-get {x} {i})" for i in range(4)]
+    for i, axis in enumerate(_SPATIAL[layout]):
+        lo, hi, stride = f"(vec-get {p} {2 * i})", f"(vec-get {p} {2 * i + 1})", f"(vec-get {st} {i})"
+        span = f"(+ (* (vec-get {dilation} {i}) (- {kernel[i]} 1)) 1)" if dilation else kernel[i]
+        dims[axis] = f"(+ (/ (- (+ (vec-get {x} {axis}) (+ {lo} {hi})) {span}) {stride}) 1)"
+    return dims
+
+
+def _window_attrs(attrs: dict) -> None:
+    if len(attrs["strides"]) != 2 or len(attrs["padding"]) != 4:
+        raise ShapeError(
+            f"2-D window needs 2 strides and 4 paddings, got {attrs['strides']}, {attrs['padding']}"
+        )
+
+
+@dataclass(frozen=True)
+class Conv2d(ShapeRule):
+    """2-D convolution: output channels from the kernel, each spatial dim by ``window_out``."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        x, w = shapes
+        layout, groups = attrs["layout"], attrs["groups"]
+        _window_attrs(attrs)
+        if len(x) != 4 or len(w) != 4 or len(attrs["dilations"]) != 2:
+            raise ShapeError(f"conv2d needs rank-4 data and kernel and 2 dilations, got {x} and {w}")
+        ki, ko = (w[i] for i in _KERNEL_IN_OUT[layout])
+        channels = x[_CHANNEL[layout]]
+        if groups < 1 or channels != ki * groups or ko % groups:
+            raise ShapeError(f"conv2d of {channels} channels, kernel {w} ({layout}) and {groups} groups")
+        out = list(x)
+        out[_CHANNEL[layout]] = ko
+        for i, (axis, kaxis) in enumerate(zip(_SPATIAL[layout], _KERNEL_SPATIAL[layout], strict=True)):
+            pad = attrs["padding"][2 * i : 2 * i + 2]
+            out[axis] = window_out(x[axis], w[kaxis], *pad, attrs["strides"][i], attrs["dilations"][i])
+        return tuple(out)
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        w = pattern["s1"]
+        rules = []
+        for layout in LAYOUTS:
+            kernel = [f"(vec-get {w} {k})" for k in _KERNEL_SPATIAL[layout]]
+            dims = _egg_window_dims(pattern, layout, kernel, pattern["dilations"])
+            dims[_CHANNEL[layout]] = f"(vec-get {w} {_KERNEL_IN_OUT[layout][1]})"
+            rules.append((f'(= {pattern["layout"]} "{layout}")', vec(dims)))
+        return rules
+
+
+@dataclass(frozen=True)
+class Pool2d(ShapeRule):
+    """2-D pooling over a ``window`` attribute: channels kept, each spatial dim by ``window_out``."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        (x,) = shapes
+        _window_attrs(attrs)
+        if len(x) != 4 or len(attrs["window"]) != 2:
+            raise ShapeError(f"pool2d needs rank-4 data and a 2-D window, got {x} and {attrs['window']}")
+        out = list(x)
+        for i, axis in enumerate(_SPATIAL[attrs["layout"]]):
+            pad = attrs["padding"][2 * i : 2 * i + 2]
+            out[axis] = window_out(x[axis], attrs["window"][i], *pad, attrs["strides"][i])
+        return tuple(out)
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        kernel = [f"(vec-get {pattern['window']} {i})" for i in range(2)]
+        return [
+            (f'(= {pattern["layout"]} "{layout}")', vec(_egg_window_dims(pattern, layout, kernel, "")))
+            for layout in LAYOUTS
+        ]

@@ -162,3 +162,69 @@ def _linear(x: Array, w: Array, b: Array, *, transpose_y: int, act: str, dtype: 
 @register("fma")
 def _fma(x: Array, y: Array, z: Array) -> Array:
     return x * y + z
+
+
+_CONV_DIMENSIONS = {"NCHW": ("NCHW", "OIHW", "NCHW"), "NHWC": ("NHWC", "HWIO", "NHWC")}
+
+
+def _pairs(padding: tuple[int, ...]) -> list[tuple[int, int]]:
+    return [(padding[0], padding[1]), (padding[2], padding[3])]
+
+
+@register("conv2d")
+def _conv2d(
+    x: Array,
+    w: Array,
+    *,
+    strides: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilations: tuple[int, ...],
+    groups: int,
+    layout: str,
+) -> Array:
+    return lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=strides,
+        padding=_pairs(padding),
+        rhs_dilation=dilations,
+        dimension_numbers=_CONV_DIMENSIONS[layout],
+        feature_group_count=groups,
+    )
+
+
+def _window(layout: str, hw: tuple[int, ...], fill: int) -> tuple[int, ...]:
+    return (fill, fill, *hw) if layout == "NCHW" else (fill, *hw, fill)
+
+
+@register("pool2d")
+def _pool2d(
+    x: Array,
+    *,
+    kind: str,
+    window: tuple[int, ...],
+    strides: tuple[int, ...],
+    padding: tuple[int, ...],
+    layout: str,
+) -> Array:
+    dims, steps = _window(layout, window, 1), _window(layout, strides, 1)
+    pads = [(0, 0), (0, 0), *_pairs(padding)] if layout == "NCHW" else [(0, 0), *_pairs(padding), (0, 0)]
+    if kind == "max":
+        return lax.reduce_window(x, np.asarray(-np.inf, x.dtype), lax.max, dims, steps, pads)
+    total = lax.reduce_window(x, np.asarray(0, x.dtype), lax.add, dims, steps, pads)
+    if kind == "sum":
+        return total
+    if kind == "avg":
+        return total / np.asarray(window[0] * window[1], x.dtype)
+    ones = jnp.ones(x.shape, x.dtype)
+    return total / lax.reduce_window(ones, np.asarray(0, x.dtype), lax.add, dims, steps, pads)
+
+
+@register("batch_norm")
+def _batch_norm(
+    x: Array, scale: Array, bias: Array, mean: Array, var: Array, *, epsilon: float, axis: int
+) -> Array:
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    scale, bias, mean, var = (v.reshape(shape) for v in (scale, bias, mean, var))
+    return (x - mean) * lax.rsqrt(var + np.asarray(epsilon, x.dtype)) * scale + bias

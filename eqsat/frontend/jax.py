@@ -446,7 +446,90 @@ def _dot_general(
     return [out]
 
 
+_LAYOUT_OF_DATA = {(0, 1, 2, 3): "NCHW", (0, 3, 1, 2): "NHWC"}
+
+
+def _conv(
+    t: _Tracer,
+    ins: list[Value],
+    *,
+    window_strides: Sequence[int],
+    padding: Sequence[tuple[int, int]],
+    lhs_dilation: Sequence[int],
+    rhs_dilation: Sequence[int],
+    dimension_numbers: Any,
+    feature_group_count: int,
+    batch_group_count: int,
+    preferred_element_type: Any = None,
+    **_: Any,
+) -> list[Value]:
+    """A 2-D convolution in NCHW or NHWC: its kernel transposed to the layout's (OIHW, HWIO) if it is in
+    another; transposed convolutions (lhs dilation) and batch groups stay opaque."""
+    x, w = ins
+    lhs, rhs, out = (tuple(getattr(dimension_numbers, f)) for f in ("lhs_spec", "rhs_spec", "out_spec"))
+    layout = _LAYOUT_OF_DATA.get(lhs)
+    if layout is None or out != lhs or tuple(lhs_dilation) != (1, 1) or batch_group_count != 1:
+        raise ShapeError("conv_general_dilated that is not a plain 2-D NCHW/NHWC convolution")
+    if preferred_element_type is not None and np.dtype(preferred_element_type).name != x.type.dtype:
+        raise ShapeError("conv_general_dilated with a wider result type")
+    o, i, h, k = rhs
+    perm = (o, i, h, k) if layout == "NCHW" else (h, k, i, o)
+    if perm != tuple(range(4)):
+        w = t.op("transpose", w, perm=perm)
+    pads = tuple(int(p) for pair in padding for p in pair)
+    return [
+        t.op(
+            "conv2d",
+            x,
+            w,
+            strides=tuple(window_strides),
+            padding=pads,
+            dilations=tuple(rhs_dilation),
+            groups=feature_group_count,
+            layout=layout,
+        )
+    ]
+
+
+def _pool(kind: str) -> Callable[..., list[Value]]:
+    def handler(
+        t: _Tracer,
+        ins: list[Value],
+        *,
+        window_dimensions: Sequence[int],
+        window_strides: Sequence[int],
+        padding: Sequence[tuple[int, int]],
+        base_dilation: Sequence[int],
+        window_dilation: Sequence[int],
+        **_: Any,
+    ) -> list[Value]:
+        """A 2-D pooling window over the spatial dims of NCHW or NHWC data (no dilation)."""
+        window, strides, pads = tuple(window_dimensions), tuple(window_strides), [tuple(p) for p in padding]
+        if len(window) != 4 or set(base_dilation) | set(window_dilation) != {1}:
+            raise ShapeError("reduce_window that is not a 2-D pooling")
+        for layout, spatial in (("NCHW", (2, 3)), ("NHWC", (1, 2))):
+            other = [a for a in range(4) if a not in spatial]
+            if all(window[a] == 1 and strides[a] == 1 and pads[a] == (0, 0) for a in other):
+                return [
+                    t.op(
+                        "pool2d",
+                        ins[0],
+                        kind=kind,
+                        window=tuple(window[a] for a in spatial),
+                        strides=tuple(strides[a] for a in spatial),
+                        padding=tuple(int(p) for a in spatial for p in pads[a]),
+                        layout=layout,
+                    )
+                ]
+        raise ShapeError("reduce_window over batch or channel dims")
+
+    return handler
+
+
 _HANDLERS: dict[str, Callable[..., list[Value]]] = {
+    "conv_general_dilated": _conv,
+    "reduce_window_max": _pool("max"),
+    "reduce_window_sum": _pool("sum"),
     "transpose": _transpose,
     "reshape": _reshape,
     "squeeze": _squeeze,

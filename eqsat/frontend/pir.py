@@ -495,6 +495,107 @@ def _multihead_matmul(r: _Reader, line: Line) -> list[Value | list[Value]]:
     return [r.add(line, "reshape", [out], shape=(batch, seq, n))]
 
 
+def _paddle_padding(
+    line: Line, sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
+) -> tuple[int, ...]:
+    """Paddle's ``paddings`` / ``padding_algorithm`` as (top, bottom, left, right)."""
+    algorithm = str(line.attrs.get("padding_algorithm", "EXPLICIT"))
+    if algorithm == "VALID":
+        return (0, 0, 0, 0)
+    if algorithm == "SAME":  # as TensorFlow: the output is ceil(size / stride), the odd pad at the end
+        pads: list[int] = []
+        for size, k, stride, dilation in zip(sizes, kernel, strides, dilations, strict=True):
+            total = max((-(-size // stride) - 1) * stride + dilation * (k - 1) + 1 - size, 0)
+            pads += [total // 2, total - total // 2]
+        return tuple(pads)
+    paddings = tuple(int(p) for p in line.attrs.get("paddings", (0, 0)))  # type: ignore[union-attr]
+    if len(paddings) == 2:
+        return (paddings[0], paddings[0], paddings[1], paddings[1])
+    if len(paddings) == 4:
+        return paddings
+    raise ParseError(f"paddings {list(paddings)} are not 2 or 4 numbers", line=line.number, op=line.name)
+
+
+def _spatial(x: Value, layout: str) -> tuple[int, int]:
+    h, w = (2, 3) if layout == "NCHW" else (1, 2)
+    return x.type.shape[h], x.type.shape[w]
+
+
+def _layout(line: Line) -> str:
+    layout = str(line.attrs.get("data_format", "NCHW"))
+    if layout not in ("NCHW", "NHWC"):
+        raise ParseError(f"data_format {layout} (NCHW or NHWC)", line=line.number, op=line.name)
+    return layout
+
+
+def _conv2d(r: _Reader, line: Line) -> list[Value]:
+    """``pd.conv2d`` / ``pd.depthwise_conv2d``: filters OIHW whatever the data format (NHWC data takes
+    them transposed to HWIO)."""
+    _arity(line, 2)
+    x, w = (r.tensor(line, o) for o in line.operands)
+    layout = _layout(line)
+    strides = tuple(int(v) for v in line.attrs.get("strides", (1, 1)))  # type: ignore[union-attr]
+    dilations = tuple(int(v) for v in line.attrs.get("dilations", (1, 1)))  # type: ignore[union-attr]
+    if w.type.rank != 4:
+        raise ParseError(f"filter {w.type} is not OIHW", line=line.number, op=line.name)
+    padding = _paddle_padding(line, _spatial(x, layout), w.type.shape[2:], strides, dilations)
+    if layout == "NHWC":
+        w = r.add(line, "transpose", [w], perm=(2, 3, 1, 0))
+    groups = int(line.attrs.get("groups", 1))  # type: ignore[arg-type]
+    attrs = {"strides": strides, "padding": padding, "dilations": dilations, "layout": layout}
+    return [r.add(line, "conv2d", [x, w], groups=groups, **attrs)]
+
+
+def _batch_norm(r: _Reader, line: Line) -> list[Value | list[Value]]:
+    """``pd.batch_norm_(x, mean, variance, scale, bias)`` at inference (``is_test``) is ``batch_norm``;
+    its statistics results are the running statistics, its reserve space is never read."""
+    if not _flag(line, "is_test", False) or len(line.operands) != 5:
+        return _opaque(r, line)
+    x, mean, var, scale, bias = (r.tensor(line, o) for o in line.operands)
+    axis = 1 if _layout(line) == "NCHW" else x.type.rank - 1
+    epsilon = float(line.attrs.get("epsilon", 1e-5))  # type: ignore[arg-type]
+    y = r.add(line, "batch_norm", [x, scale, bias, mean, var], epsilon=epsilon, axis=axis)
+    reserve = Value(TensorType((0,), "uint8"))
+    r.dynamic.add(id(reserve))
+    return [y, mean, var, mean, var, reserve][: len(line.results)]
+
+
+def _pool2d(r: _Reader, line: Line) -> list[Value | list[Value]]:
+    """``pd.pool2d(x, kernel_size)``: max or average (``exclusive``: over the elements inside x),
+    global, or adaptive where the output divides the input; ``ceil_mode`` as extra padding at the end
+    (not for an inclusive average, which Paddle divides differently there)."""
+    _arity(line, 2)
+    x = r.tensor(line, line.operands[0])
+    layout = _layout(line)
+    sizes = _spatial(x, layout)
+    kind = str(line.attrs.get("pooling_type", "max"))
+    exclusive = _flag(line, "exclusive", True)
+    if kind == "avg":
+        kind = "avg_exclusive" if exclusive else "avg"
+    ceil = _flag(line, "ceil_mode", False)
+    if _flag(line, "global_pooling", False):
+        window, strides, padding = sizes, (1, 1), (0, 0, 0, 0)
+    else:
+        window = r.int_array(line, line.operands[1])
+        window = (window[0], window[0]) if len(window) == 1 else window
+        strides = tuple(int(v) for v in line.attrs.get("strides", (1, 1)))  # type: ignore[union-attr]
+        if _flag(line, "adaptive", False):
+            if any(s % k for s, k in zip(sizes, window, strict=True)):
+                return _opaque(r, line)
+            window = strides = tuple(s // k for s, k in zip(sizes, window, strict=True))
+        padding = _paddle_padding(line, sizes, window, strides, (1, 1))
+    if kind not in ("max", "avg", "avg_exclusive") or (ceil and kind == "avg"):
+        return _opaque(r, line)
+    if ceil:  # the last window may start inside the padding's end: pad so it is whole
+        extra = []
+        for i, (size, k, stride) in enumerate(zip(sizes, window, strides, strict=True)):
+            span = size + padding[2 * i] + padding[2 * i + 1] - k
+            extra += [padding[2 * i], padding[2 * i + 1] + (-span) % stride]
+        padding = tuple(extra)
+    attrs = {"window": tuple(window), "strides": strides, "padding": padding, "layout": layout}
+    return [r.add(line, "pool2d", [x], kind=kind, **attrs)]
+
+
 def _unary(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 1)
     return [r.add(line, _UNARY[line.name], [r.tensor(line, line.operands[0])])]
@@ -615,6 +716,11 @@ HANDLERS: dict[str, Handler] = {
     **dict.fromkeys(_UNARY, _unary),
     "pd.gelu": _gelu,
     "pd.dropout": _dropout,
+    "pd.conv2d": _conv2d,
+    "pd.depthwise_conv2d": _conv2d,
+    "pd.batch_norm_": _batch_norm,
+    "pd.batch_norm": _batch_norm,
+    "pd.pool2d": _pool2d,
     "pd.sum": _reduction("sum"),
     "pd.mean": _reduction("mean"),
     "pd.max": _reduction("max"),

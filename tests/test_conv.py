@@ -1,0 +1,151 @@
+"""Convolutional programs: conv2d, pool2d and batch_norm as canonical ops, from JAX (flax) and from
+Paddle PIR, their shape rules in Python and in the e-graph, and their lowerings against references."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqsat
+from eqsat.egraph import Serialized, encode, new_egraph
+from eqsat.lowering import lower
+
+F32 = "float32"
+
+
+class _Net(nn.Module):
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = nn.Conv(16, (3, 3), strides=(2, 2), padding="SAME")(x)
+        x = nn.relu(nn.BatchNorm(use_running_average=True)(x))
+        x = nn.Conv(16, (3, 3), feature_group_count=16, kernel_dilation=(2, 2))(x)  # depthwise
+        x = nn.max_pool(x, (2, 2), strides=(2, 2))
+        return nn.avg_pool(x, (3, 3), strides=(1, 1), padding="SAME")
+
+
+def test_flax_conv_batch_norm_and_pools_become_canonical_ops_and_match_flax():
+    net, x = _Net(), jnp.ones((2, 32, 32, 3))
+    variables = net.init(jax.random.key(0), x)
+    stats = jax.tree_util.tree_map(lambda v: jax.random.uniform(jax.random.key(1), v.shape) + 0.5, variables)
+    variables = {"params": variables["params"], "batch_stats": stats["batch_stats"]}
+
+    def f(x):
+        return net.apply(variables, x)
+
+    counts = eqsat.from_jax(f, x).op_counts()
+    assert counts["conv2d"] == 2 and counts["pool2d"] == 2, counts
+    assert not [op for op in counts if op not in eqsat.ops.OPS], counts  # nothing opaque
+    data = jax.random.normal(jax.random.key(2), x.shape)
+    np.testing.assert_allclose(eqsat.jit(f)(data), f(data), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spec", [("NCHW", "OIHW"), ("NCHW", "HWIO"), ("NHWC", "HWIO"), ("NHWC", "OIHW")])
+def test_jax_convolutions_in_any_kernel_layout(spec):
+    data, kernel = spec
+    x_shape = (2, 4, 9, 11) if data == "NCHW" else (2, 9, 11, 4)
+    w_shape = (6, 2, 3, 2) if kernel == "OIHW" else (3, 2, 2, 6)
+
+    def f(x, w):
+        return jax.lax.conv_general_dilated(
+            x,
+            w,
+            (2, 1),
+            [(1, 2), (0, 1)],
+            rhs_dilation=(1, 2),
+            dimension_numbers=(data, kernel, data),
+            feature_group_count=2,
+        )
+
+    rng = np.random.default_rng(0)
+    x, w = rng.normal(size=x_shape).astype(F32), rng.normal(size=w_shape).astype(F32)
+    program = eqsat.from_jax(f, x, w)
+    assert program.op_counts()["conv2d"] == 1
+    result = eqsat.optimize(program, verify=True)
+    np.testing.assert_allclose(lower(result.program)(x, w)[0], f(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_the_egraph_shape_analysis_agrees_with_the_python_shape_rules():
+    b = eqsat.Builder()
+    x, w = b.input("x", (2, 5, 17, 12)), b.input("w", (6, 5, 4, 3))
+    xn, wn = b.input("xn", (1, 13, 10, 6)), b.input("wn", (3, 3, 1, 6))
+    outs = [
+        b.conv2d(x, w, strides=(3, 2), padding=(1, 2, 0, 1), dilations=(2, 1)),
+        b.conv2d(xn, wn, padding=(1, 1, 1, 1), groups=6, layout="NHWC"),
+        b.pool2d(x, kind="max", window=(3, 2), strides=(2, 2), padding=(1, 1, 0, 1)),
+        b.pool2d(xn, kind="avg_exclusive", window=(2, 2), strides=(1, 3), layout="NHWC"),
+    ]
+    program = b.build(*outs)
+    enc = encode(program)
+    egraph = new_egraph()
+    egraph.parse_and_run_program(enc.commands + "\n(run-schedule (saturate analysis))")
+    graph = Serialized(egraph.serialize([]).to_json())
+    for root, out in zip(enc.roots, program.outputs, strict=True):
+        assert graph.types[graph.roots[root]] == out.type
+
+
+def test_bad_convolutions_are_shape_errors_naming_the_reason():
+    b = eqsat.Builder()
+    x = b.input("x", (1, 4, 8, 8))
+    with pytest.raises(eqsat.ShapeError, match="conv2d of 4 channels"):
+        b.conv2d(x, b.input("w", (6, 3, 3, 3)))
+    with pytest.raises(eqsat.ShapeError, match="does not fit"):
+        b.conv2d(x, b.input("big", (6, 4, 9, 9)))
+    with pytest.raises(eqsat.ShapeError, match="per-channel operands"):
+        v = b.input("v", (3,))
+        b.batch_norm(x, v, v, v, v, epsilon=1e-5, axis=1)
+
+
+def _pool_reference(x, kind, window, strides, padding, exclusive):
+    """Paddle's pooling formula, by loops (NCHW)."""
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (pt, pb, pl, pr) = window, strides, padding
+    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+    out = np.zeros((n, c, oh, ow), x.dtype)
+    for i in range(oh):
+        for j in range(ow):
+            h0, w0 = i * sh - pt, j * sw - pl
+            part = x[:, :, max(h0, 0) : min(h0 + kh, h), max(w0, 0) : min(w0 + kw, w)]
+            if kind == "max":
+                out[:, :, i, j] = part.max(axis=(2, 3))
+            else:
+                out[:, :, i, j] = part.sum(axis=(2, 3)) / (
+                    part.shape[2] * part.shape[3] if exclusive else kh * kw
+                )
+    return out
+
+
+POOL_ATTRS = (
+    'ceil_mode:{ceil},data_format:"NCHW",exclusive:{exclusive},global_pooling:false,adaptive:false,'
+    'padding_algorithm:"EXPLICIT",paddings:[1,0],pooling_type:"{kind}",strides:[2,2]'
+)
+PIR_POOL = "\n".join(
+    [
+        "{{",
+        '(%0) = "pd_op.data" () {{dtype:float32,name:"x",shape:[2,3,7,9]}} : () -> tensor<2x3x7x9xf32>',
+        '(%1) = "pd_op.full_int_array" () {{dtype:int64,value:[3,2]}} : () -> tensor<2xi64>',
+        '(%2) = "pd_op.pool2d" (%0, %1) {{'
+        + POOL_ATTRS
+        + "}} : (tensor<2x3x7x9xf32>, tensor<2xi64>) -> {out}",
+        '(%3) = "pd_op.fetch" (%2) {{col:0,name:"out"}} : ({out}) -> {out}',
+        "}}",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "kind, exclusive, ceil",
+    [("max", True, False), ("avg", True, False), ("avg", False, False), ("max", True, True)],
+)
+def test_paddle_pool2d_matches_paddles_formula(kind, exclusive, ceil):
+    oh, ow = (4, 5) if ceil else (4, 4)
+    flags = {"exclusive": str(exclusive).lower(), "ceil": str(ceil).lower()}
+    text = PIR_POOL.format(kind=kind, out=f"tensor<2x3x{oh}x{ow}xf32>", **flags)
+    program = eqsat.parse_pir(text)
+    assert program.op_counts() == {"pool2d": 1}
+    x = np.random.default_rng(0).normal(size=(2, 3, 7, 9)).astype(F32)
+    padding = (1, 1, 0, 1 if ceil else 0)
+    want = _pool_reference(x, kind, (3, 2), (2, 2), padding, exclusive)
+    np.testing.assert_allclose(lower(program)(x)[0], want, rtol=1e-6, atol=1e-6)
