@@ -28,14 +28,18 @@ class CostModel:
         raise NotImplementedError
 
     def program_cost(self, program: Program) -> float:
-        """The DAG cost of a program: every live op once (weight packing folded at compile time free)."""
+        """The DAG cost of a program: every live op once; ops XLA folds at compile time (weights
+        packed, laid out or rescaled: see ``Serialized.constant_classes``) are free."""
         constant = {id(p) for p in program.params if p.name in program.param_values}
+        fulls: set[int] = set()
         total = 0.0
         for op in program.live_ops():
-            if op.name == "full" or (op.name in FOLDABLE and all(id(v) in constant for v in op.inputs)):
+            ins = {id(v) for v in op.inputs}
+            if op.name == "full":
+                fulls.add(id(op.outputs[0]))
+            elif op.name in FOLDABLE and ins & constant and ins <= constant | fulls:
                 constant.add(id(op.outputs[0]))
-                if op.name in FOLDABLE:
-                    continue
+                continue
             total += self.op_cost(op.name, op.attrs, [v.type for v in op.inputs], op.outputs[0].type)
         return total
 

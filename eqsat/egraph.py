@@ -305,27 +305,33 @@ class Serialized:
         return out
 
     def constant_classes(self, enc: Encoding, values: Iterable[str]) -> frozenset[str]:
-        """Classes known at compile time: a ``full``, a leaf whose value is bound (``values``: names
-        of params with values), or a concat of those."""
+        """Classes XLA's constant folding computes at compile time: a leaf whose value is bound
+        (``values``: names of params with values), and a foldable op (a concat, a reshape, an
+        elementwise op) of those and of ``full``s. Ops of ``full``s alone are not: XLA keeps a
+        broadcast scalar a broadcast rather than materialize it."""
         names = set(values)
         bound = {k for k, v in enc.leaves.items() if v.name in names}
         const: set[str] = set()
+        fulls: set[str] = set()
         for cid, nodes in self.classes.items():
             for n in nodes:
-                if n.op == "Full" or (n.op == "Input" and self.value(n.children[0]) in bound):
+                if n.op == "Input" and self.value(n.children[0]) in bound:
                     const.add(cid)
+                elif n.op == "Full":
+                    fulls.add(cid)
         changed = True
         while changed:
             changed = False
             for cid, nodes in self.classes.items():
-                if cid not in const and any(
-                    (spec := spec_of(n)) is not None
-                    and spec.name in FOLDABLE
-                    and set(input_classes(self, n, lambda c: self.classes[c][0])) <= const
-                    for n in nodes
-                ):
-                    const.add(cid)
-                    changed = True
+                if cid in const:
+                    continue
+                for n in nodes:
+                    spec = spec_of(n)
+                    ins = set(input_classes(self, n, lambda c: self.classes[c][0]))
+                    if spec is not None and spec.name in FOLDABLE and ins & const and ins <= const | fulls:
+                        const.add(cid)
+                        changed = True
+                        break
         return frozenset(const)
 
     @property

@@ -29,18 +29,20 @@ def node_costs(
 ) -> dict[str, float]:
     """The cost of every tensor e-node under ``model`` (inputs and list cells cost nothing).
 
-    A concat of constant classes (weights with known values, fulls) is packed once at compile time by
-    XLA's constant folding, so it costs nothing at run time. Every op adds ``TIE_BREAK``: of programs
+    A foldable op of ``constants`` (weights packed, laid out or rescaled) is computed once at compile
+    time by XLA's constant folding, so it costs nothing at run time. Every op adds ``TIE_BREAK``: of programs
     of equal cost, the one of fewer ops wins (an attention op over the same kernels unfused).
     """
     costs = {}
     first = _first(graph)
+    fulls = {cid for cid, nodes in graph.classes.items() if any(n.op == "Full" for n in nodes)}
     for cid, nodes in graph.classes.items():
         for node in nodes:
             spec = spec_of(node)
             classes = input_classes(graph, node, first)
             ins = [graph.types[c] for c in classes]
-            if spec is not None and spec.name in FOLDABLE and set(classes) <= constants:
+            folded = set(classes) & constants and set(classes) <= constants | fulls
+            if spec is not None and spec.name in FOLDABLE and folded:
                 costs[node.id] = 0.0
             elif node.op == "Opaque":
                 costs[node.id] = model.op_cost(OPAQUE, {}, ins, graph.types[cid])

@@ -38,8 +38,6 @@ from eqsat.shapes import (
 from eqsat.text import AttrValue
 
 OPAQUE = "opaque"
-# Ops XLA evaluates at compile time when all their inputs are constants (packing weights once).
-FOLDABLE = frozenset({"concat"})
 VARIADIC = -1
 AttrKind = Literal["int", "ints", "float", "str"]
 EGG_SORT: dict[str, str] = {"int": "i64", "ints": "IVec", "float": "f64", "str": "String"}
@@ -655,6 +653,11 @@ _OPS += [
     ),
 ]
 OPS: dict[str, OpDef] = {op.name: op for op in _OPS}
+# Ops XLA's constant folding evaluates at compile time when all their inputs are constants: weights
+# packed (concat), laid out, or rescaled (a batch norm folded into a conv's weights) cost nothing.
+FOLDABLE = frozenset(
+    {"concat", "reshape", "transpose", "expand"} | {n for n, op in OPS.items() if op.elementwise}
+)
 
 
 def get_op(name: str) -> OpDef:

@@ -13,10 +13,10 @@ from .base import Rule
 
 
 def _load() -> dict[str, list[Rule]]:
-    from . import algebra, attention, axioms, cast, fold, fusion, reshape, softmax, transpose
+    from . import algebra, attention, axioms, cast, conv, fold, fusion, reshape, softmax, transpose
 
     themes = {}
-    for module in (transpose, reshape, cast, fold, algebra, fusion, softmax, attention, axioms):
+    for module in (transpose, reshape, cast, fold, algebra, fusion, softmax, attention, conv, axioms):
         theme = module.__name__.rsplit(".", 1)[-1]
         themes[theme] = [replace(r, theme=theme) for r in module.RULES]
     return themes

@@ -17,6 +17,14 @@ from .base import MultiVariant, Rule, Variant, vec
 F32 = "float32"
 
 
+# ``(constant-weight w)``: w is a leaf (a parameter, an input) or a constant fill, not a computed value.
+CONSTANT_WEIGHT = (
+    "(relation constant-weight (Tensor))",
+    f"(rule ((= w (Input n))) ((constant-weight w)) :ruleset {ANALYSIS})",
+    f"(rule ((= w (Full s v d))) ((constant-weight w)) :ruleset {ANALYSIS})",
+)
+
+
 def _bias_variants(r: int) -> tuple[Variant, ...]:
     mm = "(Matmul x w 0 ty d)"
     when = (f"(= s (shape {mm}))", f"(= (vec-length s) {r})", f"(= (shape b) (vec-of (vec-get s {r - 1})))")
@@ -126,11 +134,6 @@ RULES = [
         "matmuls (or linears) of one input by 2 or 3 weights are one matmul by the concatenated weights",
         tuple(_merge(kind, n, r) for kind in ("matmul", "linear") for n in (2, 3) for r in range(2, 7)),
         _merge_example,
-        prelude=(
-            # Only weights that are parameters or constants merge, so merged matmuls never merge again.
-            "(relation constant-weight (Tensor))",
-            f"(rule ((= w (Input n))) ((constant-weight w)) :ruleset {ANALYSIS})",
-            f"(rule ((= w (Full s v d))) ((constant-weight w)) :ruleset {ANALYSIS})",
-        ),
+        prelude=CONSTANT_WEIGHT,  # so merged matmuls never merge again
     ),
 ]

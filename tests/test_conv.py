@@ -3,6 +3,8 @@ Paddle PIR, their shape rules in Python and in the e-graph, and their lowerings 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -149,3 +151,50 @@ def test_paddle_pool2d_matches_paddles_formula(kind, exclusive, ceil):
     padding = (1, 1, 0, 1 if ceil else 0)
     want = _pool_reference(x, kind, (3, 2), (2, 2), padding, exclusive)
     np.testing.assert_allclose(lower(program)(x)[0], want, rtol=1e-6, atol=1e-6)
+
+
+PADDLE = Path(__file__).parent / "data" / "paddle"
+
+
+def test_paddle_conv_bias_batch_norm_relu_folds_into_the_conv_and_matches_paddle():
+    program = eqsat.load(PADDLE / "dumps" / "conv_bn_relu.pir")
+    ref = np.load(PADDLE / "refs" / "conv_bn_relu.npz")
+    program.param_values.update({p.name: ref[f"param_{p.name}"] for p in program.params})
+    result = eqsat.optimize(program, verify=True)
+    assert {"bias-into-batch-norm", "batch-norm-into-conv"} <= set(result.report.rules_fired)
+    counts = result.program.op_counts()
+    assert "batch_norm" not in counts and counts["conv2d"] == 1, counts
+    (out,) = lower(result.program)(ref["in_x"])
+    np.testing.assert_allclose(
+        out, ref["out_0"] if "out_0" in ref else ref[ref.files[-1]], rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_flax_batch_norm_after_a_conv_folds_into_it(batch):
+    class ConvBN(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return nn.relu(nn.BatchNorm(use_running_average=True)(nn.Conv(8, (3, 3))(x)))
+
+    net, x = ConvBN(), jax.random.normal(jax.random.key(0), (batch, 10, 10, 3))
+    variables = net.init(jax.random.key(1), x)
+
+    def f(x):
+        return net.apply(variables, x)
+
+    result = eqsat.optimize(eqsat.from_jax(f, x), verify=True)
+    assert "batch-norm-into-conv" in result.report.rules_fired
+    sized = {op.name for op in result.program.live_ops() if op.outputs[0].type.size >= x.size}
+    assert sized <= {"conv2d", "add", "relu", "reshape"}, sized  # the normalization math is on weights only
+    np.testing.assert_allclose(lower(result.program)(x)[0], f(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_1x1_convolution_is_a_matmul_when_that_is_cheaper():
+    b = eqsat.Builder()
+    x, w = b.input("x", (4, 64, 14, 14)), b.input("w", (32, 64, 1, 1))
+    program = b.build(b.conv2d(x, w))
+    result = eqsat.optimize(program, rules=["conv-1x1-is-matmul"], verify=True)
+    assert "conv-1x1-is-matmul" in result.report.rules_fired
+    kinds = set(result.program.op_counts())
+    assert kinds & {"conv2d", "matmul"} and (result.report.cost_after <= result.report.cost_before)
