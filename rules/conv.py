@@ -1,5 +1,8 @@
 """Convolutions: batch norm folded into the conv before it, a bias moved into the batch norm after it,
 and a 1x1 convolution as a matmul (Paddle Lite's conv_bn fuser, TVM's FoldScaleAxis, TASO's rules).
+Off by default, for proofs (TASO's conv rules): convolution is linear in its data and in its kernel,
+and convolutions concatenate along the batch, along output channels, along input channels (summed),
+and as groups.
 
 Each form is an alternative in the e-graph; the cost model decides. Folding computes the conv's new
 weights ``w * scale / sqrt(var + eps)`` and bias from the weights and statistics, which must be
@@ -14,7 +17,8 @@ from typing import Any
 from eqsat.egraph import ANALYSIS
 from eqsat.ir import TensorType
 
-from .base import Rule, Variant, rand_shape
+from .base import MultiVariant, Rule, Variant, both_ways, rand_shape, vec
+from .fusion import CONSTANT_WEIGHT
 
 F32 = "float32"
 # Per layout: the channel axis of the data, the shape of the kernel's per-output-channel factor,
@@ -148,6 +152,145 @@ def _unit_reshape(rng: Any) -> dict[str, Any]:
     return {"y": TensorType((1, *shape), F32), "s": shape, **vectors, "a": axis, "eps": 1e-5}
 
 
+def _pair(a: str, b: str, axis: int | str) -> str:
+    return f"(Concat (TCons {a} (TCons {b} (TNil))) {axis})"
+
+
+def _conv(x: str, w: str, layout: str, groups: str = "g") -> str:
+    return f'(Conv2d {x} {w} st p dl {groups} "{layout}")'
+
+
+# Per layout: the data's channel axis, the kernel's input- and output-channel axes.
+_AXES = {"NCHW": (1, 1, 0), "NHWC": (3, 2, 3)}
+_SAME = ("(= (shape a) (shape b))", "(= (shape w) (shape v))")
+
+
+def _linear(layout: str) -> tuple[Variant, ...]:
+    """conv(a + b, w) = conv(a, w) + conv(b, w) and conv(a, w + v) = conv(a, w) + conv(a, v)."""
+    guard = ("(reassociable (dtype a))",)
+    return (
+        *both_ways(
+            _conv("(Add a b)", "w", layout),
+            f"(Add {_conv('a', 'w', layout)} {_conv('b', 'w', layout)})",
+            _SAME[0],
+            *guard,
+        ),
+        *both_ways(
+            _conv("a", "(Add w v)", layout),
+            f"(Add {_conv('a', 'w', layout)} {_conv('a', 'v', layout)})",
+            _SAME[1],
+            *guard,
+        ),
+    )
+
+
+def _concats(layout: str) -> tuple[Variant, ...]:
+    """Batches and output channels (one input, one group) concatenate. The same products and sums, yet
+    not exact on XLA:CPU, whose convolutions pack blocks with zeros (an inf input gives inf * 0 = NaN
+    in a neighbouring output)."""
+    channel, _, out = _AXES[layout]
+    return (
+        *both_ways(
+            _pair(_conv("a", "w", layout), _conv("b", "w", layout), 0), _conv(_pair("a", "b", 0), "w", layout)
+        ),
+        *both_ways(
+            _pair(_conv("a", "w", layout, "1"), _conv("a", "v", layout, "1"), channel),
+            _conv("a", _pair("w", "v", out), layout, "1"),
+        ),
+    )
+
+
+def _groups(layout: str) -> tuple[Variant, Variant]:
+    """Two convs of g groups side by side are one conv of 2g groups over the concatenations."""
+    channel, _, out = _AXES[layout]
+    return (
+        Variant(
+            _pair(_conv("a", "w", layout), _conv("b", "v", layout), channel),
+            _conv(_pair("a", "b", channel), _pair("w", "v", out), layout, "(* 2 g)"),
+            _SAME,
+        ),
+        Variant(
+            _conv(_pair("a", "b", channel), _pair("w", "v", out), layout),
+            _pair(_conv("a", "w", layout, "(/ g 2)"), _conv("b", "v", layout, "(/ g 2)"), channel),
+            (*_SAME, "(= (% g 2) 0)"),
+        ),
+    )
+
+
+def _channel_sum(layout: str) -> tuple[Variant, ...]:
+    """conv(a, w) + conv(b, v) = conv([a, b], [w, v]) over input channels (one group); inexact. The
+    parts may have different channel counts; everything else about them agrees."""
+    channel, kin, _ = _AXES[layout]
+    guards = (
+        "(= sa (shape a))",
+        "(= sb (shape b))",
+        "(= sw (shape w))",
+        "(= sv (shape v))",
+        *(f"(= (vec-get sa {i}) (vec-get sb {i}))" for i in range(4) if i != channel),
+        *(f"(= (vec-get sw {i}) (vec-get sv {i}))" for i in range(4) if i != kin),
+        f"(= (vec-get sa {channel}) (vec-get sw {kin}))",
+        f"(= (vec-get sb {channel}) (vec-get sv {kin}))",
+        "(reassociable (dtype a))",
+    )
+    return both_ways(
+        f"(Add {_conv('a', 'w', layout, '1')} {_conv('b', 'v', layout, '1')})",
+        _conv(_pair("a", "b", channel), _pair("w", "v", kin), layout, "1"),
+        *guards,
+    )
+
+
+def _pair_example(rng: Any, groups: int | None = None) -> dict[str, Any]:
+    """a, b of one shape, w, v of one shape, in a random layout; ``groups``, or 1 or 2."""
+    nchw = bool(rng.integers(2))
+    g = groups or int(rng.integers(1, 3))
+    n, h, wd = (int(d) for d in rng.integers(1, 5, 3))
+    c, o = g * int(rng.integers(1, 3)), g * int(rng.integers(1, 3))
+    k = tuple(int(d) for d in rng.integers(1, 3, 2))
+    data = (n, c, h + 2, wd + 2) if nchw else (n, h + 2, wd + 2, c)
+    kernel = (o, c // g, *k) if nchw else (*k, c // g, o)
+    return {
+        "a": TensorType(data, F32),
+        "b": TensorType(data, F32),
+        "w": TensorType(kernel, F32),
+        "v": TensorType(kernel, F32),
+        "st": (1, 1),
+        "p": (1, 0, 0, 1),
+        "dl": (1, 1),
+        "g": g,
+    }
+
+
+def _merge(n: int, layout: str) -> MultiVariant:
+    """n convs of one input by different constant kernels (one group, the same window) -> one conv by
+    the kernels concatenated along output channels, split back."""
+    channel, _, out = _AXES[layout]
+    idx = range(1, n + 1)
+    term = {i: _conv("x", f"w{i}", layout, "1") for i in idx}
+    facts = [f"(= m{i} {term[i]})" for i in idx]
+    facts += [f"(!= w{i} w{j})" for i in idx for j in idx if i < j]
+    facts += [f"(constant-weight w{i})" for i in idx] + [f"(= s{i} (shape w{i}))" for i in idx]
+    facts += [f"(= (vec-get s1 {a}) (vec-get s{i} {a}))" for i in idx[1:] for a in range(4) if a != out]
+    kernels = "(TNil)"
+    for i in reversed(idx):
+        kernels = f"(TCons w{i} {kernels})"
+    merged = _conv("x", f"(Concat {kernels} {out})", layout, "1")
+    sizes = vec(f"(vec-get s{i} {out})" for i in idx)
+    actions = tuple(f"(union m{i} (Split {merged} {channel} {sizes} {i - 1}))" for i in idx)
+    return MultiVariant(tuple(facts), actions, tuple(term[i] for i in idx))
+
+
+def _merge_example(rng: Any) -> dict[str, Any]:
+    ex = _pair_example(rng, groups=1)
+    nchw = ex["a"].shape[1] == ex["w"].shape[1]
+    kernels = {}
+    for i in (1, 2, 3):
+        o = int(rng.integers(1, 4))
+        shape = list(ex["w"].shape)
+        shape[0 if nchw else 3] = o
+        kernels[f"w{i}"] = TensorType(tuple(shape), F32)
+    return {**ex, "x": ex["a"], **kernels}
+
+
 def _matmul_example(rng: Any) -> dict[str, Any]:
     n, c, o = (int(d) for d in rng.integers(1, 5, 3))
     h, w = rand_shape(rng, 2)
@@ -198,6 +341,14 @@ RULES = [
         _unit_reshape,
     ),
     Rule(
+        "merge-shared-input-convs",
+        "convs of one input by 2 or 3 kernels are one conv by the concatenated kernels (as TASO merges)",
+        tuple(_merge(n, layout) for n in (2, 3) for layout in _AXES),
+        _merge_example,
+        prelude=CONSTANT_WEIGHT,
+        exact=False,  # the same products and sums, but XLA:CPU's conv gives inf * 0 next to an inf input
+    ),
+    Rule(
         "conv-1x1-is-matmul",
         "a 1x1 convolution (stride 1, no padding, one group) is a matmul over the channels",
         (
@@ -216,5 +367,37 @@ RULES = [
         ),
         _matmul_example,
         exact=False,
+    ),
+]
+
+
+def _conv_axiom(name: str, reason: str, variants: tuple[Variant, ...], groups: int | None = None) -> Rule:
+    """An axiom for proofs: off by default, inexact (XLA:CPU's convolutions are, on inf and NaN)."""
+    example = (lambda rng: _pair_example(rng, groups)) if groups else _pair_example
+    return Rule(name, reason, variants, example, exact=False, default=False)
+
+
+RULES += [
+    _conv_axiom(
+        "conv-linear",
+        "conv is linear in its data and in its kernel: conv(a + b, w) = conv(a, w) + conv(b, w), and in w",
+        (*_linear("NCHW"), *_linear("NHWC")),
+    ),
+    _conv_axiom(
+        "conv-concat",
+        "convs concatenate along the batch and along output channels (one input, one group)",
+        (*_concats("NCHW"), *_concats("NHWC")),
+        groups=1,
+    ),
+    _conv_axiom(
+        "conv-groups",
+        "two convs side by side are one conv of twice the groups over the concatenations",
+        (*_groups("NCHW"), *_groups("NHWC")),
+    ),
+    _conv_axiom(
+        "conv-channel-sum",
+        "conv(a, w) + conv(b, v) = conv([a, b], [w, v]) over input channels: rounds differently",
+        (*_channel_sum("NCHW"), *_channel_sum("NHWC")),
+        groups=1,
     ),
 ]

@@ -198,3 +198,17 @@ def test_a_1x1_convolution_is_a_matmul_when_that_is_cheaper():
     assert "conv-1x1-is-matmul" in result.report.rules_fired
     kinds = set(result.program.op_counts())
     assert kinds & {"conv2d", "matmul"} and (result.report.cost_after <= result.report.cost_before)
+
+
+def test_convs_of_one_input_merge_over_concatenated_kernels():
+    b = eqsat.Builder()
+    x = b.input("x", (2, 8, 12, 12))
+    rng = np.random.default_rng(0)
+    kernels = [
+        b.param(f"w{i}", (o, 8, 1, 1), data=rng.normal(size=(o, 8, 1, 1))) for i, o in enumerate((4, 6, 5))
+    ]
+    program = b.build(*(b.relu(b.conv2d(x, w)) for w in kernels))
+    result = eqsat.optimize(program, rules=["merge-shared-input-convs"], verify=True)
+    assert "merge-shared-input-convs" in result.report.rules_fired
+    counts = result.program.op_counts()
+    assert counts["conv2d"] == 1 and counts["split"] == 3, counts

@@ -19,16 +19,16 @@ from eqsat.rules.base import rule
 TASO = Path(__file__).parent / "data" / "taso_rules"
 
 
-def _taso(file: str) -> list[dict[str, Any]]:
-    """TASO's rules that use no conv, each as {vars, lhs: [exprs], rhs: [exprs]} (two-output rules
-    are stored as consecutive entries, one per output)."""
+def _taso(file: str, conv: bool = False) -> list[dict[str, Any]]:
+    """TASO's rules that use no conv (or, with ``conv``, those that do), each as {vars, lhs: [exprs],
+    rhs: [exprs]} (two-output rules are stored as consecutive entries, one per output)."""
     entries = json.loads((TASO / file).read_text())
     groups = (
         [entries[i : i + 2] for i in range(0, len(entries), 2)] if "multi" in file else [[e] for e in entries]
     )
     rules = []
     for group in groups:
-        if any("conv" in e["rule"] for e in group):
+        if any("conv" in e["rule"] for e in group) != conv:
             continue
         variables = {k: v for e in group for k, v in e["vars"].items()}
         rules.append(
@@ -38,7 +38,7 @@ def _taso(file: str) -> list[dict[str, Any]]:
 
 
 def _function(names: list[str], exprs: list[str]):
-    return eval(f"lambda {', '.join(names)}: ({', '.join(exprs)},)", {"jnp": jnp, "jax": jax})
+    return eval(f"lambda {', '.join(names)}: ({', '.join(exprs)},)", {"jnp": jnp, "jax": jax, "lax": jax.lax})
 
 
 def _proved(rules: list[dict[str, Any]]) -> list[bool]:
@@ -59,6 +59,17 @@ def test_taso_rules_are_proven_by_saturation(file, count):
     proved = _proved(rules)
     print(f"{file}: {sum(proved)}/{len(proved)} TASO rules without conv proven")
     assert sum(proved) >= 0.95 * len(proved)
+
+
+@pytest.mark.parametrize(
+    ("file", "count"), [("converted_as_programs.json", 34), ("converted_multi_as_programs.json", 6)]
+)
+def test_taso_conv_rules_are_proven_by_saturation(file, count):
+    rules = _taso(file, conv=True)
+    assert len(rules) == count
+    proved = _proved(rules)
+    print(f"{file}: {sum(proved)}/{len(proved)} TASO rules with conv proven")
+    assert sum(proved) >= 0.9 * len(proved)
 
 
 def _args(*shapes):
