@@ -24,6 +24,7 @@ from eqsat.shapes import (
     Broadcast,
     Concat,
     Conv2d,
+    Conv2dBias,
     FromAttr,
     Matmul,
     Permute,
@@ -419,6 +420,7 @@ _AXIS = Attr("axis", "int")
 _FLAG_X = Attr("transpose_x", "int", 0, (0, 1))
 _FLAG_Y = Attr("transpose_y", "int", 0, (0, 1))
 _RESULT_DTYPE = Attr("dtype", "str", LIKE_INPUT)
+_ACT = Attr("act", "str", "none", ("none", "relu", "gelu"))
 _OPS = [
     OpDef(
         "full",
@@ -565,7 +567,7 @@ _OPS = [
         "linear",
         3,
         "x @ w + b, then the epilogue act (none, relu, gelu): one kernel; the product and b in dtype",
-        (_FLAG_Y, Attr("act", "str", "none", ("none", "relu", "gelu")), _RESULT_DTYPE),
+        (_FLAG_Y, _ACT, _RESULT_DTYPE),
         Linear(),
         "dtype",
         flops=_matmul_flops,
@@ -617,6 +619,7 @@ _WINDOW = (
     Attr("padding", "ints", (0, 0, 0, 0)),  # (top, bottom, left, right)
 )
 _LAYOUT = Attr("layout", "str", "NCHW", LAYOUTS)
+_CONV_ATTRS = (*_WINDOW, Attr("dilations", "ints", (1, 1)), Attr("groups", "int", 1), _LAYOUT)
 _OPS += [
     OpDef(
         "conv2d",
@@ -624,10 +627,21 @@ _OPS += [
         "2-D convolution (cross-correlation) of x by kernel w: NCHW data with an OIHW kernel, or NHWC "
         "with HWIO; strides, padding (top, bottom, left, right), dilations of the kernel, groups "
         "(groups = channels: depthwise)",
-        (*_WINDOW, Attr("dilations", "ints", (1, 1)), Attr("groups", "int", 1), _LAYOUT),
+        _CONV_ATTRS,
         Conv2d(),
         flops=_conv_flops,
         same_dtype=(0, 1),
+        check=_floats,
+    ),
+    OpDef(
+        "conv2d_bias_act",
+        3,
+        "conv2d of x by w, + a bias b of the output channels, then the epilogue act (none, relu, gelu): "
+        "one kernel (Paddle's fused_conv2d_add_act, cuDNN's conv-bias-activation)",
+        (*_CONV_ATTRS, _ACT),
+        Conv2dBias(),
+        flops=_conv_flops,
+        same_dtype=(0, 1, 2),
         check=_floats,
     ),
     OpDef(

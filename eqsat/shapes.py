@@ -348,3 +348,15 @@ class Pool2d(ShapeRule):
             (f'(= {pattern["layout"]} "{layout}")', vec(_egg_window_dims(pattern, layout, kernel, "")))
             for layout in LAYOUTS
         ]
+
+
+@dataclass(frozen=True)
+class Conv2dBias(Conv2d):
+    """A conv2d and a bias of its output channels."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        out = super().infer(shapes[:2], attrs)
+        channels = out[_CHANNEL[attrs["layout"]]]
+        if tuple(shapes[2]) != (channels,):
+            raise ShapeError(f"conv2d bias {shapes[2]} must be ({channels},)")
+        return out

@@ -193,6 +193,12 @@ def _conv2d(
     )
 
 
+@register("conv2d_bias_act")
+def _conv2d_bias_act(x: Array, w: Array, b: Array, *, act: str, layout: str, **window: Any) -> Array:
+    shape = (1, -1, 1, 1) if layout == "NCHW" else (-1,)
+    return _ACTIVATIONS[act](_conv2d(x, w, layout=layout, **window) + b.reshape(shape))
+
+
 def _window(layout: str, hw: tuple[int, ...], fill: int) -> tuple[int, ...]:
     return (fill, fill, *hw) if layout == "NCHW" else (fill, *hw, fill)
 

@@ -117,6 +117,7 @@ def _conv_example(rng: Any) -> dict[str, Any]:
     kernel = (o, c, *k) if nchw else (*k, c, o)
     out = (n, o, h + 1, w + 1) if nchw else (n, h + 1, w + 1, o)
     return {
+        "l": "NCHW" if nchw else "NHWC",
         "s": (1, o, 1, 1) if nchw else (1, 1, 1, o),
         "d": F32,
         "x": TensorType(data, F32),
@@ -291,6 +292,32 @@ def _merge_example(rng: Any) -> dict[str, Any]:
     return {**ex, "x": ex["a"], **kernels}
 
 
+def _epilogue(layout: str) -> tuple[Variant, ...]:
+    """conv + a bias of its output channels (reshaped to broadcast, or plain for NHWC), either order."""
+    axis, _, channels = _LAYOUTS[layout]
+    conv = _CONV.format(layout=f'"{layout}"')
+    fused = f'(Conv2dBiasAct x w c st p dl g "{layout}" "none")'
+    guards = (f"(= o (vec-get (shape {conv}) {axis}))", "(= (shape c) (vec-of o))")
+    biases = [("(Reshape c s)", (*guards, f"(= s {channels})"))] + (
+        [("c", guards)] if layout == "NHWC" else []
+    )
+    return tuple(
+        Variant(f"(Add {a} {b})", fused, when)
+        for bias, when in biases
+        for a, b in ((conv, bias), (bias, conv))
+    )
+
+
+def _flat_example(rng: Any) -> dict[str, Any]:
+    """A conv example with ``s`` a reshape of its output (flat)."""
+    ex = _conv_example(rng)
+    return {**ex, "s": (ex["y"].size,)}
+
+
+def _fused(act: str) -> str:
+    return f'(Conv2dBiasAct x w c st p dl g l "{act}")'
+
+
 def _matmul_example(rng: Any) -> dict[str, Any]:
     n, c, o = (int(d) for d in rng.integers(1, 5, 3))
     h, w = rand_shape(rng, 2)
@@ -347,6 +374,22 @@ RULES = [
         _merge_example,
         prelude=CONSTANT_WEIGHT,
         exact=False,  # the same products and sums, but XLA:CPU's conv gives inf * 0 next to an inf input
+    ),
+    Rule(
+        "conv-bias-epilogue",
+        "a conv and a bias of its output channels are one kernel (Paddle's fused_conv2d_add_act)",
+        (*_epilogue("NCHW"), *_epilogue("NHWC")),
+        _conv_example,
+    ),
+    Rule(
+        "conv-activation-epilogue",
+        "relu/gelu of a conv with a bias (or of a reshape of it) runs in its epilogue: no memory round trip",
+        tuple(
+            Variant(f"({act.capitalize()} {view.format(_fused('none'))})", view.format(_fused(act)))
+            for act in ("relu", "gelu")
+            for view in ("{}", "(Reshape {} s)")
+        ),
+        _flat_example,
     ),
     Rule(
         "conv-1x1-is-matmul",

@@ -156,14 +156,15 @@ def test_paddle_pool2d_matches_paddles_formula(kind, exclusive, ceil):
 PADDLE = Path(__file__).parent / "data" / "paddle"
 
 
-def test_paddle_conv_bias_batch_norm_relu_folds_into_the_conv_and_matches_paddle():
+def test_paddle_conv_bias_batch_norm_relu_is_one_fused_conv_and_matches_paddle():
     program = eqsat.load(PADDLE / "dumps" / "conv_bn_relu.pir")
     ref = np.load(PADDLE / "refs" / "conv_bn_relu.npz")
     program.param_values.update({p.name: ref[f"param_{p.name}"] for p in program.params})
     result = eqsat.optimize(program, verify=True)
-    assert {"bias-into-batch-norm", "batch-norm-into-conv"} <= set(result.report.rules_fired)
+    fired = {"bias-into-batch-norm", "batch-norm-into-conv", "conv-bias-epilogue", "conv-activation-epilogue"}
+    assert fired <= set(result.report.rules_fired)
     counts = result.program.op_counts()
-    assert "batch_norm" not in counts and counts["conv2d"] == 1, counts
+    assert counts["conv2d_bias_act"] == 1 and not {"batch_norm", "conv2d", "relu"} & set(counts), counts
     (out,) = lower(result.program)(ref["in_x"])
     np.testing.assert_allclose(
         out, ref["out_0"] if "out_0" in ref else ref[ref.files[-1]], rtol=1e-5, atol=1e-5
@@ -186,7 +187,7 @@ def test_flax_batch_norm_after_a_conv_folds_into_it(batch):
     result = eqsat.optimize(eqsat.from_jax(f, x), verify=True)
     assert "batch-norm-into-conv" in result.report.rules_fired
     sized = {op.name for op in result.program.live_ops() if op.outputs[0].type.size >= x.size}
-    assert sized <= {"conv2d", "add", "relu", "reshape"}, sized  # the normalization math is on weights only
+    assert sized <= {"conv2d_bias_act", "reshape"}, sized  # the normalization math is on weights only
     np.testing.assert_allclose(lower(result.program)(x)[0], f(x), rtol=1e-5, atol=1e-5)
 
 
