@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from eqsat.egraph import literal, needs_opaque, tlist
 from eqsat.errors import EqsatError, UnsupportedError
 from eqsat.frontend.builder import Builder
@@ -45,8 +47,6 @@ Side = Callable[..., Any] | Built
 def as_type(t: TypeLike) -> TensorType:
     if isinstance(t, TensorType):
         return t
-    import numpy as np
-
     return TensorType(tuple(int(d) for d in t.shape), np.dtype(t.dtype).name)
 
 
@@ -58,8 +58,13 @@ def parameters(side: Side, count: int) -> list[str]:
     except (TypeError, ValueError):
         params = []
     params = params[1:] if isinstance(side, Built) else params
-    named = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return named[:count] if len(named) >= count else [f"arg{i}" for i in range(count)]
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:count]
+    clash = any(n in _RESERVED or n.endswith("_shape") or n.startswith("attr") for n in named)
+    return named if len(named) == count and not clash else [f"arg{i}" for i in range(count)]
+
+
+# Names a pattern variable may not take: the analyses' functions, and the variables guards add.
+_RESERVED = frozenset({"shape", "dtype"})
 
 
 def trace_side(side: Side, types: Sequence[TensorType]) -> Program:

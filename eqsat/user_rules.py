@@ -87,11 +87,16 @@ def _with_dtype(types: Sequence[TensorType], dtype: str) -> list[TensorType]:
 def _check_at(
     made: Rule, t: TracedVariant, types: list[TensorType], rng: np.random.Generator, must_fire: bool
 ) -> None:
-    """Check the variant at ``types`` as egglog applies it (``check_rule``). Where it applies, also run
-    both sides directly, which finds a concrete counterexample if they differ."""
+    """Check the variant at ``types``: both sides run directly (a concrete counterexample if they
+    differ, in values, shape or dtype), then as egglog applies it (``check_rule``). Where it need not
+    fire (another dtype, which its guard may exclude), the sides are compared only where it does."""
     one = replace(made, variants=(t.variant,), example=lambda _rng: bindings(t, types))
+    if must_fire:
+        _compare_sides(made, t, types, rng)
+        check_rule(one)
+        return
     try:
-        fired = check_rule(one, dtype=None if must_fire else types[0].dtype).fired
+        fired = check_rule(one, dtype=types[0].dtype).fired
     except MiscompileError:
         _compare_sides(made, t, types, rng)
         raise

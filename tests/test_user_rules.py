@@ -147,3 +147,17 @@ def test_the_built_in_axioms_written_as_functions_keep_their_guards():
     assert "(= y_shape x_shape)" in commute and "vec-length" not in commute  # one shape, any rank
     assoc = rules["add-assoc"].variants[0].egglog("r", "add-assoc")
     assert "(reassociable (dtype x))" in assoc and len(rules["add-assoc"].variants) == 2
+
+
+def test_sides_of_different_shapes_are_refused_before_egglog_sees_them():
+    with pytest.raises(eqsat.UnsoundRuleError, match="shape"):
+        eqsat.rule(
+            "wrong-axis", "r", lhs=lambda x: x.sum(0), rhs=lambda x: x.sum(1), example=[T((3, 5), F32)]
+        )
+
+
+def test_parameters_named_like_the_analyses_still_make_patterns():
+    made = eqsat.rule(
+        "renamed", "r", lhs=lambda shape: shape * 2.0, rhs=lambda shape: shape + shape, example=[T((4,), F32)]
+    )
+    assert "(shape arg0)" in made.variants[0].egglog("r", "renamed")
