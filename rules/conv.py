@@ -110,7 +110,10 @@ def _written_out(rank: int, axis: int) -> tuple[Variant, ...]:
 
 
 def _conv_example(rng: Any) -> dict[str, Any]:
-    n, c, o, h, w = (int(d) for d in rng.integers(1, 5, 5))
+    """A conv of x by w (NCHW or NHWC, half the time a batch of 1) to y; ``s`` the shape a channel
+    vector broadcasts as over y, ``s2`` y's shape without its batch, ``s3`` a channel vector's over that."""
+    c, o, h, w = (int(d) for d in rng.integers(1, 5, 4))
+    n = 1 if rng.integers(2) else int(rng.integers(2, 5))
     k = tuple(int(d) for d in rng.integers(1, 4, 2))
     nchw = bool(rng.integers(2))
     data = (n, c, h + k[0], w + k[1]) if nchw else (n, h + k[0], w + k[1], c)
@@ -119,6 +122,8 @@ def _conv_example(rng: Any) -> dict[str, Any]:
     return {
         "l": "NCHW" if nchw else "NHWC",
         "s": (1, o, 1, 1) if nchw else (1, 1, 1, o),
+        "s2": out[1:],
+        "s3": (o, 1, 1) if nchw else (1, 1, o),
         "d": F32,
         "x": TensorType(data, F32),
         "w": TensorType(kernel, F32),
@@ -293,19 +298,33 @@ def _merge_example(rng: Any) -> dict[str, Any]:
 
 
 def _epilogue(layout: str) -> tuple[Variant, ...]:
-    """conv + a bias of its output channels (reshaped to broadcast, or plain for NHWC), either order."""
+    """conv + a bias of its output channels (reshaped to broadcast, or plain for NHWC), either order;
+    and the same on the conv's output with a batch of 1 dropped (as ``layout.drop_unit_dims`` leaves
+    it), the fused conv then viewed the same way."""
     axis, _, channels = _LAYOUTS[layout]
     conv = _CONV.format(layout=f'"{layout}"')
     fused = f'(Conv2dBiasAct x w c st p dl g "{layout}" "none")'
-    guards = (f"(= o (vec-get (shape {conv}) {axis}))", "(= (shape c) (vec-of o))")
-    biases = [("(Reshape c s)", (*guards, f"(= s {channels})"))] + (
-        [("c", guards)] if layout == "NHWC" else []
-    )
+    guards = ("(= sy (shape " + conv + "))", f"(= o (vec-get sy {axis}))", "(= (shape c) (vec-of o))")
+    unit = (*guards, "(= (vec-get sy 0) 1)", "(= s2 (vec-remove sy 0))")
+    plain = [("c", guards)] if layout == "NHWC" else []
+    forms = [(conv, fused, b, g) for b, g in [("(Reshape c s)", (*guards, f"(= s {channels})")), *plain]]
+    forms += [
+        (f"(Reshape {conv} s2)", f"(Reshape {fused} s2)", b, g)
+        for b, g in [
+            ("(Reshape c s3)", (*unit, f"(= s3 {_without_batch(channels)})")),
+            *[("c", unit)][: len(plain)],
+        ]
+    ]
     return tuple(
-        Variant(f"(Add {a} {b})", fused, when)
-        for bias, when in biases
-        for a, b in ((conv, bias), (bias, conv))
+        Variant(f"(Add {a} {b})", out, when)
+        for y, out, bias, when in forms
+        for a, b in ((y, bias), (bias, y))
     )
+
+
+def _without_batch(vector: str) -> str:
+    """``(vec-of 1 o 1 1)`` -> ``(vec-of o 1 1)``: a broadcast shape without its leading 1."""
+    return vector.replace("(vec-of 1 ", "(vec-of ", 1)
 
 
 def _flat_example(rng: Any) -> dict[str, Any]:
