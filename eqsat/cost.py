@@ -14,7 +14,7 @@ import jax
 
 from eqsat.devices import Device, get_device
 from eqsat.ir import Program, TensorType
-from eqsat.ops import FOLDABLE, OPAQUE, OPS, Kernel
+from eqsat.ops import OPAQUE, OPS, Kernel, folds
 
 
 class CostModel:
@@ -37,7 +37,7 @@ class CostModel:
             ins = {id(v) for v in op.inputs}
             if op.name == "full":
                 fulls.add(id(op.outputs[0]))
-            elif op.name in FOLDABLE and ins & constant and ins <= constant | fulls:
+            elif folds(op.name, ins, constant, fulls):
                 constant.add(id(op.outputs[0]))
                 continue
             total += self.op_cost(op.name, op.attrs, [v.type for v in op.inputs], op.outputs[0].type)

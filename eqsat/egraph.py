@@ -21,7 +21,7 @@ from egglog import bindings
 
 from eqsat.errors import EqsatError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
-from eqsat.ops import EGG_SORT, FLOAT_DTYPES, FOLDABLE, OPAQUE, OPS, VARIADIC, OpDef
+from eqsat.ops import EGG_SORT, FLOAT_DTYPES, OPAQUE, OPS, VARIADIC, OpDef, folds
 from eqsat.shapes import MAX_RANK, Broadcast, Matmul, Permute
 
 ANALYSIS = "analysis"
@@ -328,7 +328,7 @@ class Serialized:
                 for n in nodes:
                     spec = spec_of(n)
                     ins = set(input_classes(self, n, lambda c: self.classes[c][0]))
-                    if spec is not None and spec.name in FOLDABLE and ins & const and ins <= const | fulls:
+                    if spec is not None and folds(spec.name, ins, const, fulls):
                         const.add(cid)
                         changed = True
                         break

@@ -18,7 +18,7 @@ import numpy as np
 
 from eqsat.cost import CostModel
 from eqsat.egraph import Node, Serialized, attrs_of, input_classes, spec_of
-from eqsat.ops import FOLDABLE, OPAQUE
+from eqsat.ops import OPAQUE, folds
 
 Choice = Callable[[str], Node]
 TIE_BREAK = 1e-12  # far below any kernel's cost (a launch is ~1e-6 s), far above float rounding of sums
@@ -41,8 +41,7 @@ def node_costs(
             spec = spec_of(node)
             classes = input_classes(graph, node, first)
             ins = [graph.types[c] for c in classes]
-            folded = set(classes) & constants and set(classes) <= constants | fulls
-            if spec is not None and spec.name in FOLDABLE and folded:
+            if spec is not None and folds(spec.name, set(classes), constants, fulls):
                 costs[node.id] = 0.0
             elif node.op == "Opaque":
                 costs[node.id] = model.op_cost(OPAQUE, {}, ins, graph.types[cid])

@@ -8,7 +8,7 @@ Frontends map framework spellings (``pd.matmul``, jax's ``dot_general``) onto th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence, Set
 from dataclasses import dataclass, field
 from math import prod
 from typing import Literal, NamedTuple
@@ -19,6 +19,7 @@ from eqsat.devices import FUSED_CPU_ATTENTION
 from eqsat.errors import ShapeError
 from eqsat.ir import DTYPES, TensorType, Value
 from eqsat.shapes import (
+    CONV_AXES,
     LAYOUTS,
     Attention,
     Broadcast,
@@ -342,12 +343,9 @@ def _bias_in_result_dtype(types: Sequence[TensorType], attrs: dict) -> str | Non
     return None
 
 
-_KERNEL_OUT = {"NCHW": 0, "NHWC": 3}  # the output-channel axis of a conv2d kernel (OIHW, HWIO)
-
-
 def _conv_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
     """Two flops per multiply-add: each output element sums (input channels / groups) x KH x KW."""
-    return 2.0 * out.size * prod(ins[1].shape) / max(ins[1].shape[_KERNEL_OUT[attrs["layout"]]], 1)
+    return 2.0 * out.size * prod(ins[1].shape) / max(ins[1].shape[CONV_AXES[attrs["layout"]].kernel_out], 1)
 
 
 POOL_KINDS = ("max", "sum", "avg", "avg_exclusive")
@@ -672,6 +670,12 @@ OPS: dict[str, OpDef] = {op.name: op for op in _OPS}
 FOLDABLE = frozenset(
     {"concat", "reshape", "transpose", "expand"} | {n for n, op in OPS.items() if op.elementwise}
 )
+
+
+def folds(op: str, inputs: Set[Hashable], constants: Set[Hashable], fulls: Set[Hashable]) -> bool:
+    """Whether XLA computes ``op`` at compile time: it is foldable and its inputs are constants or
+    ``full``s, at least one a constant (XLA keeps an op of broadcast scalars alone a broadcast)."""
+    return op in FOLDABLE and bool(inputs & constants) and inputs <= constants | fulls
 
 
 def get_op(name: str) -> OpDef:

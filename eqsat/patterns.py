@@ -144,7 +144,11 @@ class TracedVariant:
     used: tuple[str, ...]  # the parameters the lhs reads
 
 
-def _generalize(a: Any, b: Any, dims: dict[int, list[Dim]], new: dict[int, int]) -> Attr | None:
+def _is_dim(attr: Any) -> bool:
+    return isinstance(attr, tuple) and len(attr) == 2 and isinstance(attr[0], str)
+
+
+def _generalize(a: Any, b: Any, dims: dict[int, Dim], new: dict[int, int]) -> Attr | None:
     """Attribute ``a`` (traced at the example) and ``b`` (at the renamed sizes) as an expression over
     the example's dims; None if it is not one."""
     if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
@@ -153,12 +157,12 @@ def _generalize(a: Any, b: Any, dims: dict[int, list[Dim]], new: dict[int, int])
     if a == b and type(a) is type(b):
         return a
     if isinstance(a, int) and a in dims and new.get(a) == b:
-        return dims[a][0]
+        return dims[a]
     return None
 
 
 def _render(attr: Attr, shapes: dict[str, str]) -> str:
-    if isinstance(attr, tuple) and len(attr) == 2 and isinstance(attr[0], str):
+    if _is_dim(attr):
         return f"(vec-get {shapes[attr[0]]} {attr[1]})"
     if isinstance(attr, tuple):
         return f"(vec-of {' '.join(_render(x, shapes) for x in attr)})" if attr else "(vec-empty)"
@@ -167,7 +171,7 @@ def _render(attr: Attr, shapes: dict[str, str]) -> str:
 
 def evaluate(attr: Attr, shapes: dict[str, tuple[int, ...]]) -> Any:
     """An attribute's value for the given shapes of the parameters."""
-    if isinstance(attr, tuple) and len(attr) == 2 and isinstance(attr[0], str):
+    if _is_dim(attr):
         return shapes[attr[0]][attr[1]]
     if isinstance(attr, tuple):
         return tuple(evaluate(x, shapes) for x in attr)
@@ -242,10 +246,10 @@ def traced_variant(
         raise UnsupportedError(f"{where}: the rhs reads {', '.join(missing)}, which the lhs does not")
     used_types = [types[names.index(n)] for n in used]
     renamed, new = _renamed(types)
-    dims: dict[int, list[Dim]] = {}
+    dims: dict[int, Dim] = {}  # each size: the first axis of that size
     for n, ty in zip(used, used_types, strict=True):
         for axis, d in enumerate(ty.shape):
-            dims.setdefault(d, []).append((n, axis))
+            dims.setdefault(d, (n, axis))
     others = retrace(renamed) or [_Term("", [])] * 2
     generalized = [
         [_generalize(a, b, dims, new) for a, b in zip(one.attrs, two.attrs, strict=True)]
@@ -280,9 +284,7 @@ def traced_variant(
 
 
 def _depends(attr: Attr) -> bool:
-    if isinstance(attr, tuple) and len(attr) == 2 and isinstance(attr[0], str):
-        return True
-    return isinstance(attr, tuple) and any(_depends(x) for x in attr)
+    return _is_dim(attr) or (isinstance(attr, tuple) and any(_depends(x) for x in attr))
 
 
 def _fill(text: str, values: Sequence[str]) -> str:

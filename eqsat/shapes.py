@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
+from typing import NamedTuple
 
 from eqsat.errors import ShapeError
 
@@ -261,11 +262,18 @@ class Reduce(ShapeRule):
 
 # 2-D windows (conv2d, pool2d). ``layout`` NCHW: data (N, C, H, W), kernel (O, I, KH, KW); NHWC: data
 # (N, H, W, C), kernel (KH, KW, I, O): the pairings of Paddle/PyTorch and of TensorFlow/flax.
-LAYOUTS = ("NCHW", "NHWC")
-_SPATIAL = {"NCHW": (2, 3), "NHWC": (1, 2)}
-_CHANNEL = {"NCHW": 1, "NHWC": 3}
-_KERNEL_SPATIAL = {"NCHW": (2, 3), "NHWC": (0, 1)}
-_KERNEL_IN_OUT = {"NCHW": (1, 0), "NHWC": (2, 3)}
+class ConvAxes(NamedTuple):
+    """Where a layout keeps each dim: of the data (channel, spatial) and of the kernel."""
+
+    channel: int
+    spatial: tuple[int, int]
+    kernel_in: int
+    kernel_out: int
+    kernel_spatial: tuple[int, int]
+
+
+CONV_AXES = {"NCHW": ConvAxes(1, (2, 3), 1, 0, (2, 3)), "NHWC": ConvAxes(3, (1, 2), 2, 3, (0, 1))}
+LAYOUTS = tuple(CONV_AXES)
 
 
 def window_out(size: int, k: int, lo: int, hi: int, stride: int, dilation: int = 1) -> int:
@@ -281,7 +289,7 @@ def _egg_window_dims(pattern: dict[str, str], layout: str, kernel: Sequence[str]
     ``layout``: ``kernel`` the window's sizes, ``dilation`` an IVec (or "" for none); channels kept."""
     x, p, st = pattern["s0"], pattern["padding"], pattern["strides"]
     dims = [f"(vec-get {x} {i})" for i in range(4)]
-    for i, axis in enumerate(_SPATIAL[layout]):
+    for i, axis in enumerate(CONV_AXES[layout].spatial):
         lo, hi, stride = f"(vec-get {p} {2 * i})", f"(vec-get {p} {2 * i + 1})", f"(vec-get {st} {i})"
         span = f"(+ (* (vec-get {dilation} {i}) (- {kernel[i]} 1)) 1)" if dilation else kernel[i]
         dims[axis] = f"(+ (/ (- (+ (vec-get {x} {axis}) (+ {lo} {hi})) {span}) {stride}) 1)"
@@ -305,13 +313,14 @@ class Conv2d(ShapeRule):
         _window_attrs(attrs)
         if len(x) != 4 or len(w) != 4 or len(attrs["dilations"]) != 2:
             raise ShapeError(f"conv2d needs rank-4 data and kernel and 2 dilations, got {x} and {w}")
-        ki, ko = (w[i] for i in _KERNEL_IN_OUT[layout])
-        channels = x[_CHANNEL[layout]]
+        axes = CONV_AXES[layout]
+        ki, ko = w[axes.kernel_in], w[axes.kernel_out]
+        channels = x[axes.channel]
         if groups < 1 or channels != ki * groups or ko % groups:
             raise ShapeError(f"conv2d of {channels} channels, kernel {w} ({layout}) and {groups} groups")
         out = list(x)
-        out[_CHANNEL[layout]] = ko
-        for i, (axis, kaxis) in enumerate(zip(_SPATIAL[layout], _KERNEL_SPATIAL[layout], strict=True)):
+        out[axes.channel] = ko
+        for i, (axis, kaxis) in enumerate(zip(axes.spatial, axes.kernel_spatial, strict=True)):
             pad = attrs["padding"][2 * i : 2 * i + 2]
             out[axis] = window_out(x[axis], w[kaxis], *pad, attrs["strides"][i], attrs["dilations"][i])
         return tuple(out)
@@ -320,9 +329,10 @@ class Conv2d(ShapeRule):
         w = pattern["s1"]
         rules = []
         for layout in LAYOUTS:
-            kernel = [f"(vec-get {w} {k})" for k in _KERNEL_SPATIAL[layout]]
+            axes = CONV_AXES[layout]
+            kernel = [f"(vec-get {w} {k})" for k in axes.kernel_spatial]
             dims = _egg_window_dims(pattern, layout, kernel, pattern["dilations"])
-            dims[_CHANNEL[layout]] = f"(vec-get {w} {_KERNEL_IN_OUT[layout][1]})"
+            dims[axes.channel] = f"(vec-get {w} {axes.kernel_out})"
             rules.append((f'(= {pattern["layout"]} "{layout}")', vec(dims)))
         return rules
 
@@ -337,7 +347,7 @@ class Pool2d(ShapeRule):
         if len(x) != 4 or len(attrs["window"]) != 2:
             raise ShapeError(f"pool2d needs rank-4 data and a 2-D window, got {x} and {attrs['window']}")
         out = list(x)
-        for i, axis in enumerate(_SPATIAL[attrs["layout"]]):
+        for i, axis in enumerate(CONV_AXES[attrs["layout"]].spatial):
             pad = attrs["padding"][2 * i : 2 * i + 2]
             out[axis] = window_out(x[axis], attrs["window"][i], *pad, attrs["strides"][i])
         return tuple(out)
@@ -356,7 +366,7 @@ class Conv2dBias(Conv2d):
 
     def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
         out = super().infer(shapes[:2], attrs)
-        channels = out[_CHANNEL[attrs["layout"]]]
+        channels = out[CONV_AXES[attrs["layout"]].channel]
         if tuple(shapes[2]) != (channels,):
             raise ShapeError(f"conv2d bias {shapes[2]} must be ({channels},)")
         return out

@@ -108,9 +108,9 @@ def _compare_sides(made: Rule, t: TracedVariant, types: list[Any], rng: np.rando
     """Run both sides at ``types`` on random data; raise with the inputs where they differ."""
     from eqsat.lowering import lower
 
-    lhs, rhs = (lower(trace_side(side, types)) for side in (t.lhs, t.rhs))
-    out_dtype = trace_side(t.lhs, types).outputs[0].type.dtype
-    dtype = loosest(out_dtype, *(ty.dtype for ty in types))
+    programs = [trace_side(side, types) for side in (t.lhs, t.rhs)]
+    lhs, rhs = (lower(p) for p in programs)
+    dtype = loosest(programs[0].outputs[0].type.dtype, *(ty.dtype for ty in types))
     for kind in ("normal", "special") if made.exact else ("normal",):
         args = [random_array(ty, rng, kind) for ty in types]
         want, got = lhs(*args)[0], rhs(*args)[0]

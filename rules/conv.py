@@ -16,17 +16,12 @@ from typing import Any
 
 from eqsat.egraph import ANALYSIS
 from eqsat.ir import TensorType
+from eqsat.shapes import CONV_AXES, LAYOUTS
 
 from .base import MultiVariant, Rule, Variant, both_ways, rand_shape, vec
 from .fusion import CONSTANT_WEIGHT
 
 F32 = "float32"
-# Per layout: the channel axis of the data, the shape of the kernel's per-output-channel factor,
-# the shape a per-channel vector is reshaped to to broadcast over the data.
-_LAYOUTS = {
-    "NCHW": (1, "(vec-of o 1 1 1)", "(vec-of 1 o 1 1)"),
-    "NHWC": (3, "(vec-of 1 1 1 o)", "(vec-of 1 1 1 o)"),
-}
 _CONV = "(Conv2d x w st p dl g {layout})"
 _STATS = ("sc", "b", "m", "v")
 # ``(constant-value t)``: t is computed from leaves (parameters, constants) only: folding it into a
@@ -44,8 +39,16 @@ CONSTANT_VALUE = (
 )
 
 
+def _along(rank: int, axis: int) -> str:
+    """``(vec-of 1 .. o .. 1)``: the shape a vector of ``o`` channels takes to broadcast along ``axis``."""
+    ones = ["1"] * rank
+    ones[axis] = "o"
+    return f"(vec-of {' '.join(ones)})"
+
+
 def _fold(layout: str) -> Variant:
-    axis, kernel, channels = _LAYOUTS[layout]
+    axes = CONV_AXES[layout]
+    axis, kernel, channels = axes.channel, _along(4, axes.kernel_out), _along(4, axes.channel)
     conv = _CONV.format(layout=f'"{layout}"')
     factor = "(Mul sc (Rsqrt (Add v (Full (vec-empty) eps d))))"
     folded = f'(Conv2d x (Mul w (Reshape {factor} {kernel})) st p dl g "{layout}")'
@@ -65,15 +68,13 @@ def _fold(layout: str) -> Variant:
 def _per_channel(rank: int, axis: int, *vectors: str) -> tuple[str, ...]:
     """Guards: ``y`` is a float32/float64 tensor of ``rank`` with ``o`` channels along ``axis``, each
     vector is of shape (o), ``s`` is the shape a vector is reshaped to to broadcast along ``axis``."""
-    ones = ["1"] * rank
-    ones[axis] = "o"
     return (
         "(= sy (shape y))",
         f"(= (vec-length sy) {rank})",
         "(wide-float (dtype y))",
         f"(= o (vec-get sy {axis}))",
         *(f"(= (shape {v}) (vec-of o))" for v in vectors),
-        f"(= s (vec-of {' '.join(ones)}))",
+        f"(= s {_along(rank, axis)})",
     )
 
 
@@ -166,8 +167,6 @@ def _conv(x: str, w: str, layout: str, groups: str = "g") -> str:
     return f'(Conv2d {x} {w} st p dl {groups} "{layout}")'
 
 
-# Per layout: the data's channel axis, the kernel's input- and output-channel axes.
-_AXES = {"NCHW": (1, 1, 0), "NHWC": (3, 2, 3)}
 _SAME = ("(= (shape a) (shape b))", "(= (shape w) (shape v))")
 
 
@@ -194,7 +193,7 @@ def _concats(layout: str) -> tuple[Variant, ...]:
     """Batches and output channels (one input, one group) concatenate. The same products and sums, yet
     not exact on XLA:CPU, whose convolutions pack blocks with zeros (an inf input gives inf * 0 = NaN
     in a neighbouring output)."""
-    channel, _, out = _AXES[layout]
+    channel, out = CONV_AXES[layout].channel, CONV_AXES[layout].kernel_out
     return (
         *both_ways(
             _pair(_conv("a", "w", layout), _conv("b", "w", layout), 0), _conv(_pair("a", "b", 0), "w", layout)
@@ -208,7 +207,7 @@ def _concats(layout: str) -> tuple[Variant, ...]:
 
 def _groups(layout: str) -> tuple[Variant, Variant]:
     """Two convs of g groups side by side are one conv of 2g groups over the concatenations."""
-    channel, _, out = _AXES[layout]
+    channel, out = CONV_AXES[layout].channel, CONV_AXES[layout].kernel_out
     return (
         Variant(
             _pair(_conv("a", "w", layout), _conv("b", "v", layout), channel),
@@ -226,7 +225,7 @@ def _groups(layout: str) -> tuple[Variant, Variant]:
 def _channel_sum(layout: str) -> tuple[Variant, ...]:
     """conv(a, w) + conv(b, v) = conv([a, b], [w, v]) over input channels (one group); inexact. The
     parts may have different channel counts; everything else about them agrees."""
-    channel, kin, _ = _AXES[layout]
+    channel, kin = CONV_AXES[layout].channel, CONV_AXES[layout].kernel_in
     guards = (
         "(= sa (shape a))",
         "(= sb (shape b))",
@@ -269,7 +268,7 @@ def _pair_example(rng: Any, groups: int | None = None) -> dict[str, Any]:
 def _merge(n: int, layout: str) -> MultiVariant:
     """n convs of one input by different constant kernels (one group, the same window) -> one conv by
     the kernels concatenated along output channels, split back."""
-    channel, _, out = _AXES[layout]
+    channel, out = CONV_AXES[layout].channel, CONV_AXES[layout].kernel_out
     idx = range(1, n + 1)
     term = {i: _conv("x", f"w{i}", layout, "1") for i in idx}
     facts = [f"(= m{i} {term[i]})" for i in idx]
@@ -292,39 +291,32 @@ def _merge_example(rng: Any) -> dict[str, Any]:
     for i in (1, 2, 3):
         o = int(rng.integers(1, 4))
         shape = list(ex["w"].shape)
-        shape[0 if nchw else 3] = o
+        shape[CONV_AXES["NCHW" if nchw else "NHWC"].kernel_out] = o
         kernels[f"w{i}"] = TensorType(tuple(shape), F32)
     return {**ex, "x": ex["a"], **kernels}
 
 
 def _epilogue(layout: str) -> tuple[Variant, ...]:
-    """conv + a bias of its output channels (reshaped to broadcast, or plain for NHWC), either order;
-    and the same on the conv's output with a batch of 1 dropped (as ``layout.drop_unit_dims`` leaves
-    it), the fused conv then viewed the same way."""
-    axis, _, channels = _LAYOUTS[layout]
+    """conv + a bias of its output channels (reshaped to broadcast, or plain when channels are last),
+    either order; and the same on the conv's output with a batch of 1 dropped (as
+    ``layout.drop_unit_dims`` leaves it), the fused conv then viewed the same way."""
+    channel = CONV_AXES[layout].channel
     conv = _CONV.format(layout=f'"{layout}"')
     fused = f'(Conv2dBiasAct x w c st p dl g "{layout}" "none")'
-    guards = ("(= sy (shape " + conv + "))", f"(= o (vec-get sy {axis}))", "(= (shape c) (vec-of o))")
-    unit = (*guards, "(= (vec-get sy 0) 1)", "(= s2 (vec-remove sy 0))")
-    plain = [("c", guards)] if layout == "NHWC" else []
-    forms = [(conv, fused, b, g) for b, g in [("(Reshape c s)", (*guards, f"(= s {channels})")), *plain]]
-    forms += [
-        (f"(Reshape {conv} s2)", f"(Reshape {fused} s2)", b, g)
-        for b, g in [
-            ("(Reshape c s3)", (*unit, f"(= s3 {_without_batch(channels)})")),
-            *[("c", unit)][: len(plain)],
-        ]
+    shaped = (f"(= sy (shape {conv}))", f"(= o (vec-get sy {channel}))", "(= (shape c) (vec-of o))")
+    unit = (*shaped, "(= (vec-get sy 0) 1)", "(= s2 (vec-remove sy 0))")
+    viewed = (f"(Reshape {conv} s2)", f"(Reshape {fused} s2)")
+    forms = [
+        (conv, fused, "(Reshape c s)", (*shaped, f"(= s {_along(4, channel)})")),
+        (*viewed, "(Reshape c s3)", (*unit, f"(= s3 {_along(3, channel - 1)})")),
     ]
+    if channel == 3:  # channels last: the vector itself broadcasts
+        forms += [(conv, fused, "c", shaped), (*viewed, "c", unit)]
     return tuple(
         Variant(f"(Add {a} {b})", out, when)
         for y, out, bias, when in forms
         for a, b in ((y, bias), (bias, y))
     )
-
-
-def _without_batch(vector: str) -> str:
-    """``(vec-of 1 o 1 1)`` -> ``(vec-of o 1 1)``: a broadcast shape without its leading 1."""
-    return vector.replace("(vec-of 1 ", "(vec-of ", 1)
 
 
 def _flat_example(rng: Any) -> dict[str, Any]:
@@ -389,7 +381,7 @@ RULES = [
     Rule(
         "merge-shared-input-convs",
         "convs of one input by 2 or 3 kernels are one conv by the concatenated kernels (as TASO merges)",
-        tuple(_merge(n, layout) for n in (2, 3) for layout in _AXES),
+        tuple(_merge(n, layout) for n in (2, 3) for layout in LAYOUTS),
         _merge_example,
         prelude=CONSTANT_WEIGHT,
         exact=False,  # the same products and sums, but XLA:CPU's conv gives inf * 0 next to an inf input

@@ -30,6 +30,7 @@ from eqsat.frontend.paddle_json import json_lines
 from eqsat.frontend.paddle_params import Params, bind_params
 from eqsat.ir import Op, Program, TensorType, Value
 from eqsat.ops import OPAQUE
+from eqsat.shapes import CONV_AXES
 from eqsat.text import DYNAMIC, NULL_VALUE, Line, parse_line, parse_tensor_type, program_lines, split_top
 
 _UNARY = {
@@ -517,7 +518,7 @@ def _paddle_padding(
 
 
 def _spatial(x: Value, layout: str) -> tuple[int, int]:
-    h, w = (2, 3) if layout == "NCHW" else (1, 2)
+    h, w = CONV_AXES[layout].spatial
     return x.type.shape[h], x.type.shape[w]
 
 
