@@ -213,3 +213,32 @@ def test_convs_of_one_input_merge_over_concatenated_kernels():
     assert "merge-shared-input-convs" in result.report.rules_fired
     counts = result.program.op_counts()
     assert counts["conv2d"] == 1 and counts["split"] == 3, counts
+
+
+CONV_LINE = (
+    '(%2) = "pd_op.conv2d" (%0, %1) {{data_format:"{layout}",dilations:[1,1],groups:1,'
+    'padding_algorithm:"EXPLICIT",paddings:{pads},strides:[1,1]}} : (tensor<1x3x8x8xf32>, {kernel}) -> {out}'
+)
+
+
+@pytest.mark.parametrize(
+    ("layout", "pads", "kernel", "reason"),
+    [
+        ("NCDHW", "[0,0]", "tensor<4x3x3x3xf32>", "data_format NCDHW"),
+        ("NCHW", "[1,1,1]", "tensor<4x3x3x3xf32>", "are not 2 or 4 numbers"),
+        ("NCHW", "[0,0]", "tensor<4x3x3xf32>", "is not OIHW"),
+        ("NCHW", "[0,0]", "tensor<4x5x3x3xf32>", "conv2d of 3 channels"),
+    ],
+)
+def test_bad_paddle_convolutions_are_parse_errors_naming_the_line(layout, pads, kernel, reason):
+    text = "\n".join(
+        [
+            "{",
+            '(%0) = "pd_op.data" () {dtype:float32,name:"x",shape:[1,3,8,8]} : () -> tensor<1x3x8x8xf32>',
+            f'(%1) = "pd_op.data" () {{dtype:float32,name:"w",shape:[4,3,3,3]}} : () -> {kernel}',
+            CONV_LINE.format(layout=layout, pads=pads, kernel=kernel, out="tensor<1x4x6x6xf32>"),
+            "}",
+        ]
+    )
+    with pytest.raises(eqsat.ParseError, match=f"line 4: pd(_op)?\\.conv2d: .*{reason}"):
+        eqsat.parse_pir(text)
