@@ -9,9 +9,10 @@ of roots that share nothing to choose), solved by HiGHS with a time limit and a 
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -141,10 +142,12 @@ def ilp(
 ) -> Extraction:
     """Exact DAG extraction as an integer program, solved by HiGHS.
 
-    One binary per e-node; each root class picks a node; a picked node picks a node in each child
-    class; acyclicity through an order variable per class (``t[a] >= t[b] + 1`` when a picked node of
-    class ``a`` reads class ``b``). Warm-started from ``warm`` (greedy by default); if HiGHS finds
-    nothing better within ``time_limit_s``, the warm start is returned.
+    One binary per e-node; each root class picks one node, every other class at most one; a picked
+    node picks a node in each child class (and, tightening the relaxation, in each class its class
+    needs whatever it picks: see ``_rows``); acyclicity through an order variable per class on a
+    cycle (``t[a] >= t[b] + 1`` when a picked node of class ``a`` reads class ``b``). Warm-started
+    from ``warm`` (greedy by default); if HiGHS finds nothing better within ``time_limit_s``, the warm
+    start is returned.
     """
     warm = warm or greedy_tree(graph, model, constants)
     costs = node_costs(graph, model, constants)
@@ -166,13 +169,10 @@ def _cyclic_components(graph: Serialized, classes: set[str]) -> dict[str, int]:
     found: dict[str, int] = {}
     components = 0
 
-    def kids(c: str) -> list[str]:
-        return list(dict.fromkeys(k for n in graph.classes[c] for k in _children(graph, n) if k in classes))
-
     for root in classes:
         if root in index:
             continue
-        work = [(root, iter(kids(root)))]
+        work = [(root, _class_children(graph, root, classes))]
         index[root] = low[root] = len(index)
         stack.append(root)
         on_stack.add(root)
@@ -198,10 +198,15 @@ def _cyclic_components(graph: Serialized, classes: set[str]) -> dict[str, int]:
                 index[child] = low[child] = len(index)
                 stack.append(child)
                 on_stack.add(child)
-                work.append((child, iter(kids(child))))
+                work.append((child, _class_children(graph, child, classes)))
             elif child in on_stack:
                 low[c] = min(low[c], index[child])
     return found
+
+
+def _class_children(graph: Serialized, cid: str, classes: set[str]) -> Iterator[str]:
+    """The classes among ``classes`` that nodes of ``cid`` read, each once."""
+    return iter(dict.fromkeys(k for n in graph.classes[cid] for k in _children(graph, n) if k in classes))
 
 
 def _reachable(graph: Serialized, root: str) -> set[str]:
@@ -242,27 +247,39 @@ def _solve(
     HiGHS finds, or the warm start's where it finds no solution."""
     import highspy
 
+    lp, col, cls = _program(graph, costs, roots, classes)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit_s))
+    h.passModel(lp)
+    h.setSolution(_warm_solution(graph, warm, roots, col, cls, lp.num_col_))
+    h.run()
+    solution = h.getSolution()
+    if not solution.value_valid:
+        return warm.restricted(classes)
+    x = solution.col_value
+    best: dict[str, tuple[float, dict[str, float], Node]] = {}
+    for cid in classes:
+        picked = [n for n in graph.classes[cid] if x[col[n.id]] > 0.5]
+        if picked:
+            node = min(picked, key=lambda n: costs[n.id])
+            best[cid] = (costs[node.id], {cid: costs[node.id]}, node)
+    return best
+
+
+def _program(
+    graph: Serialized, costs: dict[str, float], roots: list[str], classes: set[str]
+) -> tuple[Any, dict[str, int], dict[str, int]]:
+    """The integer program (a ``highspy.HighsLp``): a binary column per node of ``classes`` (its
+    cost, scaled), an order column per class on a cycle; the columns of nodes and classes by id."""
+    import highspy
+
     nodes = [n for c in graph.classes if c in classes for n in graph.classes[c]]
     col = {n.id: i for i, n in enumerate(nodes)}
     component = _cyclic_components(graph, classes)  # only a class on a cycle needs an order variable
     cls = {c: len(nodes) + i for i, c in enumerate(c for c in graph.classes if c in component)}
-    big = float(len(cls) + 1)
     scale = 1e6 / max(max((costs[n.id] for n in nodes), default=1.0), 1e-30)
-    inf = highspy.kHighsInf
-    rows: list[tuple[dict[int, float], float, float]] = []
-    upper = [1.0] * len(nodes) + [big] * len(cls)
-    for r in set(roots):
-        rows.append(({col[n.id]: 1.0 for n in graph.classes[r]}, 1.0, inf))
-    for n in nodes:
-        for child in dict.fromkeys(_children(graph, n)):
-            if child == n.eclass:
-                upper[col[n.id]] = 0.0
-                continue
-            coeffs = {col[m.id]: 1.0 for m in graph.classes[child]}
-            coeffs[col[n.id]] = coeffs.get(col[n.id], 0.0) - 1.0
-            rows.append((coeffs, 0.0, inf))
-            if component.get(child, -1) == component.get(n.eclass, -2):  # an edge that may close a cycle
-                rows.append(({cls[n.eclass]: 1.0, cls[child]: -1.0, col[n.id]: -big}, 1.0 - big, inf))
+    rows, upper = _rows(graph, classes, set(roots), col, cls, component)
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = len(upper), len(rows)
     lp.col_cost_ = np.array([costs[n.id] * scale for n in nodes] + [0.0] * len(cls))
@@ -279,26 +296,132 @@ def _solve(
     lp.a_matrix_.start_ = np.array(starts)
     lp.a_matrix_.index_ = np.array(index)
     lp.a_matrix_.value_ = np.array(value, dtype=np.double)
-    lp.integrality_ = [highspy.HighsVarType.kInteger] * len(nodes) + [highspy.HighsVarType.kContinuous] * len(
-        cls
-    )
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit_s))
-    h.passModel(lp)
-    h.setSolution(_warm_solution(graph, warm, roots, col, cls, len(upper)))
-    h.run()
-    solution = h.getSolution()
-    if not solution.value_valid:
-        return warm.restricted(classes)
-    x = solution.col_value
-    best: dict[str, tuple[float, dict[str, float], Node]] = {}
-    for cid in classes:
-        picked = [n for n in graph.classes[cid] if x[col[n.id]] > 0.5]
-        if picked:
-            node = min(picked, key=lambda n: costs[n.id])
-            best[cid] = (costs[node.id], {cid: costs[node.id]}, node)
-    return best
+    integer, continuous = highspy.HighsVarType.kInteger, highspy.HighsVarType.kContinuous
+    lp.integrality_ = [integer] * len(nodes) + [continuous] * len(cls)
+    return lp, col, cls
+
+
+Row = tuple[dict[int, float], float, float]  # coefficients by column, lower bound, upper bound
+
+
+def _rows(
+    graph: Serialized,
+    classes: set[str],
+    roots: set[str],
+    col: dict[str, int],
+    cls: dict[str, int],
+    component: dict[str, int],
+) -> tuple[list[Row], list[float]]:
+    """The constraints of the integer program, and the columns' upper bounds.
+
+    At most one node per class (exactly one per root): every optimal choice is one, and it makes a
+    class's readers additive, so the LP relaxation cannot cover a child class once for several
+    readers picked fractionally. A class is picked at least as often as its readers in each class;
+    and at least as often as each class that needs it whatever that class picks (``_needed``): without
+    these, splitting a class between a fused op and its unfused form (which reach the same operands by
+    different paths) halves the cost of everything below in the relaxation, and HiGHS spends its time
+    limit closing the gap."""
+    inf = math.inf
+    big = float(len(cls) + 1)
+    upper = [1.0] * len(col) + [big] * len(cls)
+    rows: list[Row] = []
+
+    def picked(c: str) -> dict[int, float]:
+        return {col[n.id]: 1.0 for n in graph.classes[c]}
+
+    def covers(child: str, readers: Iterable[int]) -> Row:
+        coeffs = picked(child)
+        for i in readers:
+            coeffs[i] = coeffs.get(i, 0.0) - 1.0
+        return coeffs, 0.0, inf
+
+    for c in classes:
+        if c in roots or len(graph.classes[c]) > 1:
+            rows.append((picked(c), 1.0 if c in roots else 0.0, 1.0))
+    readers: dict[tuple[str, str], list[int]] = {}
+    for c in classes:
+        for n in graph.classes[c]:
+            for child in dict.fromkeys(_children(graph, n)):
+                if child == c:
+                    upper[col[n.id]] = 0.0
+                    continue
+                readers.setdefault((c, child), []).append(col[n.id])
+                if component.get(child, -1) == component.get(c, -2):  # an edge that may close a cycle
+                    rows.append(({cls[c]: 1.0, cls[child]: -1.0, col[n.id]: -big}, 1.0 - big, inf))
+    rows.extend(covers(child, nodes) for (_, child), nodes in readers.items())
+    for c, needs in _needed(graph, classes).items():
+        rows.extend(covers(x, picked(c)) for x in needs)
+    return rows, upper
+
+
+def _needed(graph: Serialized, classes: set[str]) -> dict[str, list[str]]:
+    """For each class of several nodes, the classes it needs whatever node it picks (each node reads
+    them, directly or through classes that need them), less those its other constraints imply: the
+    classes all its nodes read, what they need, and what another needed class needs. Bit sets over
+    ``classes``, computed children first; classes on a cycle until nothing changes."""
+    order = _post_order(graph, classes)
+    bit = {c: 1 << i for i, c in enumerate(order)}
+    needs = dict.fromkeys(order, 0)  # as a bit set: the classes each class needs
+
+    def reach(node: Node, cid: str) -> int:
+        out = 0
+        for k in _children(graph, node):
+            if k != cid and k in bit:
+                out |= needs[k] | bit[k]
+        return out
+
+    changed = True
+    while changed:
+        changed = False
+        for cid in order:
+            mask = -1
+            for node in graph.classes[cid]:
+                mask &= reach(node, cid)
+            if mask & ~needs[cid]:
+                needs[cid] |= mask
+                changed = True
+    out: dict[str, list[str]] = {}
+    for cid in order:
+        nodes = graph.classes[cid]
+        if len(nodes) < 2:
+            continue
+        common = set(_children(graph, nodes[0])).intersection(*(_children(graph, n) for n in nodes[1:]))
+        rest = needs[cid]
+        for k in common - {cid}:
+            rest &= ~(needs[k] | bit[k])
+        for k in _bits(rest, order):
+            rest &= ~needs[k]
+        out[cid] = list(_bits(rest, order))
+    return out
+
+
+def _bits(mask: int, order: list[str]) -> Iterable[str]:
+    while mask:
+        low = mask & -mask
+        yield order[low.bit_length() - 1]
+        mask ^= low
+
+
+def _post_order(graph: Serialized, classes: set[str]) -> list[str]:
+    """``classes``, each after the classes it reads (where no cycle prevents it)."""
+    seen: set[str] = set()
+    order: list[str] = []
+
+    for root in classes:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, _class_children(graph, root, classes))]
+        while stack:
+            cid, pending = stack[-1]
+            k = next(pending, None)
+            if k is None:
+                stack.pop()
+                order.append(cid)
+            elif k not in seen:
+                seen.add(k)
+                stack.append((k, _class_children(graph, k, classes)))
+    return order
 
 
 def _warm_solution(

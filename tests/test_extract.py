@@ -138,3 +138,37 @@ def test_egglog_reference_extraction_is_valid_and_never_beats_ours(pir_path, nam
     reference = eqsat.optimize(program, cost="nodes", extractor="egglog", verify=True)
     ours = eqsat.optimize(program, cost="nodes", extractor="ilp", verify=True)
     assert ours.report.cost_after <= reference.report.cost_after
+
+
+def test_ilp_relaxation_is_tight_between_fused_and_unfused_forms():
+    """Each layer's class holds `add(matmul(x, w), b)` and `linear(x, w, b)`, which read x by different
+    paths; a relaxation that let a class split between them cover x once would pay half of every layer
+    below. The integer program's LP relaxation must already be at the optimum (HiGHS then needs no
+    branching: that, not a time limit, is what makes ILP extraction fast)."""
+    import highspy
+
+    from eqsat.extract import _program, node_costs
+
+    b = Builder()
+    h = b.input("x", (64, 256))
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        w = b.input(f"w{i}", (256, 256))
+        h = b.relu(b.add(b.matmul(h, w), b.param(f"b{i}", (256,), data=rng.normal(size=256))))
+    program = b.build(h)
+    graph, enc = _saturated(program, ["fusion"])
+    assert sum(len(n) > 1 for n in graph.classes.values()) >= 4  # the fused forms were found
+    model = Roofline("cpu")
+    roots = [graph.roots[r] for r in enc.roots]
+    costs = node_costs(graph, model)
+    lp, _, _ = _program(graph, costs, roots, set(graph.classes))
+    values = {}
+    for relaxed in (False, True):
+        if relaxed:
+            lp.integrality_ = []
+        solver = highspy.Highs()
+        solver.setOptionValue("output_flag", False)
+        solver.passModel(lp)
+        solver.run()
+        values[relaxed] = solver.getInfo().objective_function_value
+    assert values[True] == pytest.approx(values[False], rel=1e-6)
