@@ -111,9 +111,7 @@ def schema() -> str:
         f"(ruleset {REWRITES})",
         *_dtype_families(),
     ]
-    preludes = {type(op.shape): op.shape.prelude(ANALYSIS) for op in OPS.values()}
-    for prelude in preludes.values():
-        lines.extend(prelude)
+    lines.extend(dict.fromkeys(line for op in OPS.values() for line in op.shape.prelude(ANALYSIS)))
     for op in OPS.values():
         lines.extend(_analysis_rules(op))
     return "\n".join(lines)
@@ -166,13 +164,17 @@ class Encoding:
     opaque: dict[str, Op] = field(default_factory=dict)
 
 
-def encode(program: Program) -> Encoding:
-    """One ``let`` per value in topological order (one nested expression would be quadratic)."""
+def encode(program: Program, typed: bool = True) -> Encoding:
+    """One ``let`` per value in topological order (one nested expression would be quadratic).
+
+    Every value's shape and dtype is stated (``typed``): the analysis then confirms them in one pass
+    (a disagreement is an error) instead of deriving them one level of the program per pass. Without,
+    only the leaves' and opaque ops' types are stated (to test the analysis)."""
     names: dict[int, str] = {}
     cmds: list[str] = []
     enc = Encoding("", [])
 
-    def typed(name: str, t: TensorType) -> None:
+    def state(name: str, t: TensorType) -> None:
         cmds.append(f"(set (shape {name}) {literal(t.shape)})")
         cmds.append(f"(set (dtype {name}) {literal(t.dtype)})")
 
@@ -181,7 +183,7 @@ def encode(program: Program) -> Encoding:
         enc.leaves[key] = v
         names[id(v)] = name = f"$v{len(names)}"
         cmds.append(f'(let {name} (Input "{key}"))')
-        typed(name, v.type)
+        state(name, v.type)
     for op in program.live_ops():
         args = [names[id(v)] for v in op.inputs]
         if needs_opaque(op):
@@ -190,7 +192,7 @@ def encode(program: Program) -> Encoding:
             for i, out in enumerate(op.outputs):
                 names[id(out)] = name = f"$v{len(names)}"
                 cmds.append(f'(let {name} (Opaque "{key}" {tlist(args)} {i}))')
-                typed(name, out.type)
+                state(name, out.type)
             continue
         spec = OPS[op.name]
         ins = [tlist(args)] if spec.arity == VARIADIC else args
@@ -200,6 +202,8 @@ def encode(program: Program) -> Encoding:
             cmds.append(f"(let {name} (Neg (Full {attrs['shape']} 0.0 {attrs['dtype']})))")
         else:
             cmds.append(f"(let {name} ({spec.ctor} {' '.join([*ins, *attrs.values()])}))")
+        if typed:
+            state(name, op.output.type)
     enc.roots = [names[id(v)] for v in program.outputs]
     enc.commands = "\n".join(cmds)
     return enc

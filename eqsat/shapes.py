@@ -159,16 +159,27 @@ class Matmul(ShapeRule):
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         sx, sy, ty = pattern["s0"], pattern["s1"], pattern["transpose_y"]
         tx = pattern.get("transpose_x")  # absent: never transposed (linear)
+        batch = f"(= b (broadcast-shape {_batch(sx)} {_batch(sy)}))"
         rules = []
-        for rx, ry, fx, fy in product(range(2, MAX_RANK + 1), range(2, MAX_RANK + 1), (0, 1), (0, 1)):
+        for fx, fy in product((0, 1), (0, 1)):
             if tx is None and fx:
                 continue
-            m = f"(vec-get {sx} {rx - 1 if fx else rx - 2})"
-            n = f"(vec-get {sy} {ry - 2 if fy else ry - 1})"
-            facts = f"(= (vec-length {sx}) {rx}) (= (vec-length {sy}) {ry}) (= {ty} {fy})"
-            facts += f" (= {tx} {fx})" if tx else ""
-            rules.append((facts, vec([*_egg_broadcast(sx, rx - 2, sy, ry - 2), m, n])))
+            m = f"(vec-get {sx} (- (vec-length {sx}) {1 if fx else 2}))"
+            n = f"(vec-get {sy} (- (vec-length {sy}) {2 if fy else 1}))"
+            facts = f"{batch} (= {ty} {fy})" + (f" (= {tx} {fx})" if tx else "")
+            rules.append((facts, f"(vec-push (vec-push b {m}) {n})"))
         return rules
+
+    def demand(self, pattern: dict[str, str]) -> str:
+        return f"(wants-broadcast-shape {_batch(pattern['s0'])} {_batch(pattern['s1'])})"
+
+    def prelude(self, ruleset: str) -> list[str]:
+        return Broadcast().prelude(ruleset)
+
+
+def _batch(shape: str) -> str:
+    """The batch dims of a matmul operand's shape (an egglog vector): all but the last two."""
+    return f"(vec-pop (vec-pop {shape}))"
 
 
 @dataclass(frozen=True)
