@@ -19,8 +19,8 @@ from eqsat.cost import CostModel
 from eqsat.errors import UnsupportedError
 from eqsat.frontend.jax import trace
 from eqsat.lowering import lower
-from eqsat.rules import Rule
-from eqsat.saturate import Limits
+from eqsat.rules import Rule, resolve
+from eqsat.saturate import Limits, prepare
 
 
 class Jitted:
@@ -109,6 +109,7 @@ class Jitted:
             full = [static[i] if i in static else next(it) for i in range(len(args))]
             return self.fn(*full, **kw, **static_kw)
 
+        prepare(resolve(self.options["rules"]))  # the rules install in the background while we trace
         traced = trace(with_static, *specs[0], **specs[1])
         with jax.ensure_compile_time_eval():
             result = optimize(traced.program, verify=self.verify, **self.options)

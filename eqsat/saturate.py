@@ -111,21 +111,71 @@ _PREPARED_KEPT = 4
 SMALL_RULE_SET = 32  # rule sets up to this size install in ms: they share one schema e-graph
 
 
+class _Incoming:
+    """An e-graph being made with a rule set in a background thread (``prepare``)."""
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.done = threading.Event()
+        self.egraph: bindings.EGraph | None = None
+        threading.Thread(target=self._make, args=(rules,), daemon=True, name="eqsat-prepare").start()
+
+    def _make(self, rules: Sequence[Rule]) -> None:
+        try:
+            egraph = new_egraph()
+            install(egraph, rules)
+            self.egraph = egraph
+        except BaseException:  # the caller then makes it itself, and sees the error there
+            pass
+        finally:
+            self.done.set()
+
+
+_INCOMING: dict[tuple[Rule, ...], _Incoming] = {}
+_INCOMING_LOCK = threading.Lock()
+
+
+def prepare(rules: Sequence[Rule]) -> None:
+    """Start making the e-graph of ``rules`` (schema and rules installed, ~0.3 s) in a background
+    thread, for the next ``fresh_egraph(rules)`` in any thread to take. egglog releases the GIL while
+    it compiles rules, so the work overlaps the caller's (``eqsat.jit`` traces the function
+    meanwhile). Nothing is started where the calling thread has that e-graph already, one is on its
+    way, or the rule set is small."""
+    key = tuple(rules)
+    if len(key) <= SMALL_RULE_SET or key in _PREPARED.egraphs:
+        return
+    with _INCOMING_LOCK:
+        if key not in _INCOMING:
+            _INCOMING[key] = _Incoming(key)
+
+
+def _take_incoming(key: tuple[Rule, ...]) -> bindings.EGraph | None:
+    """The e-graph ``prepare`` made for ``key`` (waiting for it), if one was started."""
+    with _INCOMING_LOCK:
+        incoming = _INCOMING.pop(key, None)
+    if incoming is None:
+        return None
+    incoming.done.wait()
+    return incoming.egraph
+
+
 def fresh_egraph(rules: Sequence[Rule]) -> bindings.EGraph:
     """An e-graph with the schema and ``rules`` installed and nothing else. Installing the rules takes
-    ~0.3 s, so each rule set's e-graph is made once (per thread) and handed out again reset to that
-    state: egglog's ``push`` saves it (a copy of an e-graph with no terms, ~0.05 s), ``pop`` restores
-    it. Small rule sets (a proof cut down to the rules it needs) share one e-graph made with the
-    schema, the rules pushed over it. An e-graph handed out before is reset by the next call for the
-    same rules (for small rule sets: by the next call for any small rule set)."""
+    ~0.3 s, so each rule set's e-graph is made once (per thread; or beforehand by ``prepare``) and
+    handed out again reset to that state: egglog's ``push`` saves it (a copy of an e-graph with no
+    terms, ~0.05 s), ``pop`` restores it. Small rule sets (a proof cut down to the rules it needs)
+    share one e-graph made with the schema, the rules pushed over it. An e-graph handed out before is
+    reset by the next call for the same rules (for small rule sets: by the next call for any small
+    rule set)."""
     key = tuple(rules)
     if len(key) <= SMALL_RULE_SET:
         return _small(key)
     egraphs = _PREPARED.egraphs
     egraph = egraphs.pop(key, None)
     if egraph is None:
-        egraph = new_egraph()
-        install(egraph, rules)
+        egraph = _take_incoming(key)
+        if egraph is None:
+            egraph = new_egraph()
+            install(egraph, rules)
     else:
         egraph.parse_and_run_program("(pop)")
     egraph.parse_and_run_program("(push)")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import eqsat
-from eqsat import Builder, Flops, Limits, NodeCount
+from eqsat import Builder, Flops, Limits, NodeCount, saturate
 from eqsat.lowering import lower
 from eqsat.verify import validate
 
@@ -131,3 +131,39 @@ def test_a_rule_that_breaks_the_egraph_returns_the_input_with_a_warning():
         result = eqsat.optimize(program, rules=[wrong])
     assert result.program is program
     assert "Illegal merge" in result.report.note and result.report.stop_reason == "error"
+
+
+def _relu_twice(name):
+    """A sound rule of a name no other test uses: a rule set of its own (its e-graph is made anew)."""
+    return eqsat.rules.base.rule(
+        name, "relu is idempotent", "(Relu (Relu x))", "(Relu x)", example=lambda rng: {"x": None}
+    )
+
+
+def test_rules_prepared_in_the_background_are_what_the_next_optimize_runs():
+    rules = [*eqsat.rules.select(["transpose", "reshape"]), _relu_twice("relu-twice-prepared")]
+    b = Builder()
+    x = b.input("x", (2, 3))
+    program = b.build(b.relu(b.relu(b.transpose(b.transpose(x, perm=(1, 0)), perm=(1, 0)))))
+    saturate.prepare(rules)
+    assert tuple(rules) in saturate._INCOMING
+    result = eqsat.optimize(program, rules=rules)
+    assert tuple(rules) not in saturate._INCOMING  # taken, not made again
+    assert result.program.op_counts() == {"relu": 1}
+    assert {"relu-twice-prepared", "transpose-compose"} <= set(result.report.rules_fired)
+
+
+def test_a_rule_egglog_refuses_fails_alike_when_prepared_in_the_background():
+    broken = eqsat.rules.base.rule("broken", "not egglog", "(Relu x", "x", example=lambda rng: {})
+    rules = [*eqsat.rules.select(["transpose", "reshape"]), broken]
+    b = Builder()
+    program = b.build(b.relu(b.input("x", (2, 3))))
+    notes = []
+    for prepared in (False, True):
+        if prepared:
+            saturate.prepare(rules)
+        with pytest.warns(RuntimeWarning, match="saturation failed"):
+            result = eqsat.optimize(program, rules=rules)
+        assert result.program is program
+        notes.append(result.report.note)
+    assert notes[0] == notes[1]
