@@ -6,6 +6,8 @@ same text. Inputs, parameters and outputs appear as the pseudo-ops ``input``, ``
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +44,13 @@ KEY_DTYPE_PREFIX = "key<"
 MAX_DIM = 2**40  # larger dims are typos or corrupt input, not programs
 
 
+@functools.cache
+def _itemsize(dtype: str) -> int:
+    if is_key_dtype(dtype):
+        return 8
+    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+
+
 def is_key_dtype(dtype: str) -> bool:
     return dtype.startswith(KEY_DTYPE_PREFIX)
 
@@ -66,13 +75,11 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(map(int, self.shape))
 
     @property
     def nbytes(self) -> int:
-        if is_key_dtype(self.dtype):
-            return self.size * 8
-        return self.size * (2 if self.dtype == "bfloat16" else np.dtype(self.dtype).itemsize)
+        return self.size * _itemsize(self.dtype)
 
     def __str__(self) -> str:
         return format_tensor_type(self.shape, self.dtype)
