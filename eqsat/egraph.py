@@ -217,6 +217,7 @@ def new_egraph() -> bindings.EGraph:
 
 
 _CTORS = {op.ctor: op for op in OPS.values()}
+TENSOR_CTORS = frozenset({*_CTORS, "Input", "Opaque"})  # the tables of tensor e-nodes
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ class Serialized:
                 shapes[node.children[0]] = node.eclass
             elif node.op == "dtype":
                 dtypes[node.children[0]] = node.eclass
-            elif node.op in _CTORS or node.op in ("Input", "Opaque", "TNil", "TCons"):
+            elif node.op in TENSOR_CTORS or node.op in ("TNil", "TCons"):
                 self.classes.setdefault(node.eclass, []).append(node)
         for cid, meta in data["class_data"].items():
             for name in meta.get("let", "").split(", "):

@@ -18,13 +18,12 @@ from typing import Any
 
 from egglog import bindings
 
-from eqsat.egraph import ANALYSIS, REWRITES, new_egraph
+from eqsat.egraph import ANALYSIS, REWRITES, TENSOR_CTORS, new_egraph
 from eqsat.rules import Rule
 
 # Analysis rules are named shape-*/dtype-* or unnamed (their key is their text); rewrite rules are named.
 _ANALYSIS_RULES = ("shape-", "dtype-", "(")
 _SIZE = re.compile(r"\((\S+) (\d+)\)")
-_TENSOR_TABLES_EXCLUDED = frozenset({"shape", "dtype", "concat-shape", "wants-concat-shape", "TNil", "TCons"})
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def sizes(egraph: bindings.EGraph) -> tuple[int, int]:
     """(tensor e-nodes, tensor e-classes): constructor rows, and rows of the shape analysis."""
     (out,) = egraph.parse_and_run_program("(print-size)")
     table = {name: int(n) for name, n in _SIZE.findall(str(out))}
-    nodes = sum(n for name, n in table.items() if name not in _TENSOR_TABLES_EXCLUDED)
+    nodes = sum(n for name, n in table.items() if name in TENSOR_CTORS)
     return nodes, table.get("shape", 0)
 
 
