@@ -101,9 +101,12 @@ def _conv2d(
 def _fused_conv2d_add_act(
     x: jax.Array, w: jax.Array, *tensors: jax.Array, activation: str, operands: str = "t,t,t,t", **attrs: Any
 ) -> tuple[jax.Array]:
-    """``pd_op.fused_conv2d_add_act(x, filter, bias, residual)``: act(conv + bias + residual)."""
+    """``pd_op.fused_conv2d_add_act(x, filter, bias, residual)``: act(conv + bias + residual), a 1-D
+    bias per output channel."""
     bias, residual = _optional(tensors, operands, 2, 2)
     out = _conv2d(x, w, **attrs)
+    if bias is not None and bias.ndim == 1 and attrs.get("data_format", "NCHW") == "NCHW":
+        bias = bias.reshape(-1, 1, 1)
     out = out if bias is None else out + bias
     out = out if residual is None else out + residual
     acts = {"identity": lambda v: v, "relu": jax.nn.relu}

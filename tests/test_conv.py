@@ -156,8 +156,9 @@ def test_paddle_pool2d_matches_paddles_formula(kind, exclusive, ceil):
 PADDLE = Path(__file__).parent / "data" / "paddle"
 
 
-def test_paddle_conv_bias_batch_norm_relu_is_one_fused_conv_and_matches_paddle():
-    program = eqsat.load(PADDLE / "dumps" / "conv_bn_relu.pir")
+@pytest.mark.parametrize("form", ["", ".passes"])  # as built; after Paddle's conv fusion pass
+def test_paddle_conv_bias_batch_norm_relu_is_one_fused_conv_and_matches_paddle(form):
+    program = eqsat.load(PADDLE / "dumps" / f"conv_bn_relu{form}.pir")
     ref = np.load(PADDLE / "refs" / "conv_bn_relu.npz")
     program.param_values.update({p.name: ref[f"param_{p.name}"] for p in program.params})
     result = eqsat.optimize(program, verify=True)
@@ -242,3 +243,51 @@ def test_bad_paddle_convolutions_are_parse_errors_naming_the_line(layout, pads, 
     )
     with pytest.raises(eqsat.ParseError, match=f"line 4: pd(_op)?\\.conv2d: .*{reason}"):
         eqsat.parse_pir(text)
+
+
+def _fused_conv_pir(activation: str, layout: str, residual: bool) -> str:
+    x, out = ("2x3x9x9", "2x4x9x9") if layout == "NCHW" else ("2x9x9x3", "2x9x9x4")
+    res = "%3" if residual else "<<NULL VALUE>>"
+    res_type = f"tensor<{out}xf32>" if residual else "<<NULL TYPE>>"
+    attrs = (
+        f'activation:"{activation}",data_format:"{layout}",dilations:[1,1],groups:1,'
+        'padding_algorithm:"EXPLICIT",paddings:[1,1],split_channels:[],strides:[1,1]'
+    )
+    types = f"(tensor<{x}xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>, {res_type})"
+    lines = [
+        f'(%0) = "pd_op.data" () {{name:"x",shape:[{x.replace("x", ",")}]}} : () -> tensor<{x}xf32>',
+        '(%1) = "builtin.parameter" () {parameter_name:"w"} : () -> tensor<4x3x3x3xf32>',
+        '(%2) = "builtin.parameter" () {parameter_name:"b"} : () -> tensor<4xf32>',
+        f'(%3) = "pd_op.data" () {{name:"r",shape:[{out.replace("x", ",")}]}} : () -> tensor<{out}xf32>',
+        f'(%4, %5) = "pd_op.fused_conv2d_add_act" (%0, %1, %2, {res}) {{{attrs}}} : {types} -> '
+        f"tensor<{out}xf32>, vec[]",
+        f'(%6) = "pd_op.fetch" (%4) {{col:0,name:"out"}} : (tensor<{out}xf32>) -> tensor<{out}xf32>',
+    ]
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+@pytest.mark.parametrize("activation", ["identity", "relu"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_paddles_fused_conv_is_canonical_ops_with_its_meaning(activation, layout, residual):
+    from lowering.paddle import _fused_conv2d_add_act
+
+    program = eqsat.parse_pir(_fused_conv_pir(activation, layout, residual))
+    assert program.op_counts()["conv2d"] == 1 and "pd.fused_conv2d_add_act" not in program.op_counts()
+    rng = np.random.default_rng(0)
+    w, b = rng.normal(size=(4, 3, 3, 3)).astype(F32), rng.normal(size=4).astype(F32)
+    program.param_values.update({"w": w, "b": b})
+    inputs = [rng.normal(size=v.type.shape).astype(F32) for v in program.inputs]
+    (got,) = lower(program)(*inputs)
+    attrs = {"strides": [1, 1], "paddings": [1, 1], "dilations": [1, 1], "groups": 1, "data_format": layout}
+    extra = [inputs[1]] if residual else []
+    operands = "t,t,t,t" if residual else "t,t,t,n"
+    (want,) = _fused_conv2d_add_act(
+        inputs[0], w, b, *extra, activation=activation, operands=operands, **attrs
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_paddles_fused_conv_with_another_activation_stays_opaque():
+    program = eqsat.parse_pir(_fused_conv_pir("swish", "NCHW", False))
+    assert program.op_counts() == {"pd.fused_conv2d_add_act": 1}

@@ -533,7 +533,38 @@ def _conv2d(r: _Reader, line: Line) -> list[Value]:
     """``pd.conv2d`` / ``pd.depthwise_conv2d``: filters OIHW whatever the data format (NHWC data takes
     them transposed to HWIO)."""
     _arity(line, 2)
-    x, w = (r.tensor(line, o) for o in line.operands)
+    return [_conv(r, line, *(r.tensor(line, o) for o in line.operands))]
+
+
+_FUSED_ACTIVATIONS = {"identity": None, "relu": "relu"}
+
+
+def _fused_conv2d_add_act(r: _Reader, line: Line) -> list[Value | list[Value]]:
+    """``pd.fused_conv2d_add_act(x, filter, bias?, residual?)`` (Paddle's conv fusion pass) is
+    ``act(conv2d + bias + residual)`` in canonical ops, so the rules see through it (a batch norm after
+    it folds in). Activations other than identity and relu, and split outputs, stay opaque."""
+    _arity(line, 4)
+    activation = str(line.attrs.get("activation", "identity"))
+    if activation not in _FUSED_ACTIVATIONS or line.attrs.get("split_channels"):
+        return _opaque(r, line)
+    x, w = (r.tensor(line, o) for o in line.operands[:2])
+    y = _conv(r, line, x, w)
+    axis = 1 if _layout(line) == "NCHW" else 3
+    for name in line.operands[2:]:
+        if name == NULL_VALUE:
+            continue
+        term = r.tensor(line, name)
+        if term.type.rank == 1:  # a bias per channel
+            shape = tuple(term.type.shape[0] if i == axis else 1 for i in range(4))
+            term = r.add(line, "reshape", [term], shape=shape)
+        y = r.add(line, "add", [y, term])
+    act = _FUSED_ACTIVATIONS[activation]
+    y = y if act is None else r.add(line, act, [y])
+    return [y, []][: len(line.results)]
+
+
+def _conv(r: _Reader, line: Line, x: Value, w: Value) -> Value:
+    """The conv2d of a Paddle conv line (its strides, dilations, paddings, groups, data format)."""
     layout = _layout(line)
     strides = tuple(int(v) for v in line.attrs.get("strides", (1, 1)))  # type: ignore[union-attr]
     dilations = tuple(int(v) for v in line.attrs.get("dilations", (1, 1)))  # type: ignore[union-attr]
@@ -544,7 +575,7 @@ def _conv2d(r: _Reader, line: Line) -> list[Value]:
         w = r.add(line, "transpose", [w], perm=(2, 3, 1, 0))
     groups = int(line.attrs.get("groups", 1))  # type: ignore[arg-type]
     attrs = {"strides": strides, "padding": padding, "dilations": dilations, "layout": layout}
-    return [r.add(line, "conv2d", [x, w], groups=groups, **attrs)]
+    return r.add(line, "conv2d", [x, w], groups=groups, **attrs)
 
 
 def _batch_norm(r: _Reader, line: Line) -> list[Value | list[Value]]:
@@ -719,6 +750,7 @@ HANDLERS: dict[str, Handler] = {
     "pd.dropout": _dropout,
     "pd.conv2d": _conv2d,
     "pd.depthwise_conv2d": _conv2d,
+    "pd.fused_conv2d_add_act": _fused_conv2d_add_act,
     "pd.batch_norm_": _batch_norm,
     "pd.batch_norm": _batch_norm,
     "pd.pool2d": _pool2d,
