@@ -9,6 +9,7 @@ dropped), which bounds how much one iteration can grow the e-graph before the li
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -131,6 +132,16 @@ class _Incoming:
 
 _INCOMING: dict[tuple[Rule, ...], _Incoming] = {}
 _INCOMING_LOCK = threading.Lock()
+
+
+def _forget_incoming() -> None:
+    """In a forked child: the threads making e-graphs did not come along, so nothing is on its way."""
+    global _INCOMING_LOCK
+    _INCOMING.clear()
+    _INCOMING_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_incoming)
 
 
 def prepare(rules: Sequence[Rule]) -> None:

@@ -167,3 +167,30 @@ def test_a_rule_egglog_refuses_fails_alike_when_prepared_in_the_background():
         assert result.program is program
         notes.append(result.report.note)
     assert notes[0] == notes[1]
+
+
+def test_a_process_forked_while_rules_install_in_the_background_does_not_wait_for_them():
+    """The thread making the e-graph does not exist in a forked child: the child makes its own."""
+    import os
+    import time
+
+    rules = [*eqsat.rules.select(["transpose", "reshape"]), _relu_twice("relu-twice-forked")]
+    b = Builder()
+    program = b.build(b.relu(b.relu(b.input("x", (2, 3)))))
+    saturate.prepare(rules)
+    pid = os.fork()
+    if pid == 0:  # the child: optimize with a cost model that needs no JAX backend, report by exit code
+        ok = False
+        try:
+            ok = eqsat.optimize(program, rules=rules, cost="nodes").program.op_counts() == {"relu": 1}
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 120
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung waiting for the parent's background install")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    eqsat.optimize(program, rules=rules)  # the parent takes its own
