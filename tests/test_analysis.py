@@ -50,3 +50,34 @@ def test_matmul_and_linear_shapes_at_every_rank_pair_and_transpose_flag():
 @given(programs(max_ops=10))
 def test_random_programs(program):
     _assert_analysis_agrees(program)
+
+
+def test_every_op_the_random_programs_leave_out():
+    b = eqsat.Builder()
+    x = b.input("x", (2, 3, 4, 5))
+    q, kv = b.input("q", (1, 4, 6, 8)), b.input("kv", (1, 2, 1, 7, 8))
+    q5 = b.reshape(q, shape=(1, 2, 2, 6, 8))
+    bias, mask = b.input("bias", (6, 7)), b.input("mask", (1, 1, 1, 6, 7), "bool")
+    w, c = b.input("w", (5, 6)), b.input("c", (6,))
+    img, k = b.input("img", (2, 3, 9, 8)), b.input("k", (4, 3, 3, 2))
+    cv = b.input("cv", (4,))
+    outs = [
+        *(b.op(op, q5, kv, kv, bias, mask, scale=0.5, causal=1) for op in ("attention", "flash_attention")),
+        b.linear(x, w, c, act="relu"),
+        b.fma(x, x, x),
+        b.iota(shape=(3, 4), dimension=1, dtype="int32"),
+        b.reduce_max(x, axis=2, keepdim=1),
+        b.reduce_sum(x, axis=1, keepdim=0),
+        b.expand(b.reshape(c, shape=(1, 6)), shape=(3, 6)),
+        b.concat(x, x, axis=3),
+        b.split(x, axis=2, sizes=(1, 3), index=1),
+        b.select(b.gt(x, x), x, b.neg(x)),
+        b.scale(x, scale=2.0, bias=1.0),
+        b.conv2d(img, k, strides=(2, 1), padding=(1, 0, 2, 1), dilations=(1, 2)),
+        b.conv2d_bias_act(img, k, cv, padding=(1, 1, 1, 1), act="relu"),
+        b.batch_norm(img, *(b.input(n, (3,)) for n in "stmv"), epsilon=1e-5, axis=1),
+        b.pool2d(img, kind="avg", window=(2, 3), strides=(2, 2)),
+        b.softmax(x, axis=-1),
+        b.cast(x, dtype="bfloat16"),
+    ]
+    _assert_analysis_agrees(b.build(*outs))
