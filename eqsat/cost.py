@@ -101,11 +101,22 @@ class Roofline(CostModel):
             device = _BACKEND_DEVICE.get(jax.default_backend(), "cpu")
         self.device = get_device(device) if isinstance(device, str) else device
         self.name = f"roofline:{self.device.name}"
+        self._known: dict[Any, float] = {}  # op costs by (op, attrs, types): layers repeat them
 
     def op_cost(
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
     ) -> float:
-        return sum(self.kernel_seconds(k) for k in phases(op, attrs, inputs, output))
+        try:
+            key: Any = (op, tuple(sorted(attrs.items())), tuple(inputs), output)
+            return self._known[key]
+        except TypeError:  # an attribute that cannot be a key
+            key = None
+        except KeyError:
+            pass
+        cost = sum(self.kernel_seconds(k) for k in phases(op, attrs, inputs, output))
+        if key is not None:
+            self._known[key] = cost
+        return cost
 
     def kernel_seconds(self, kernel: Kernel) -> float:
         d = self.device
