@@ -169,6 +169,8 @@ def test_a_rule_egglog_refuses_fails_alike_when_prepared_in_the_background():
     assert notes[0] == notes[1]
 
 
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")  # the child runs no JAX
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_process_forked_while_rules_install_in_the_background_does_not_wait_for_them():
     """The thread making the e-graph does not exist in a forked child: the child makes its own."""
     import os
