@@ -269,9 +269,9 @@ def _signature(kinds: dict[int, str], ops: list[Op], carry: Value | None) -> tup
         for v in op.outputs:
             local[id(v)] = ("value", len(local))
         payload = None if op.payload is None else id(op.payload)
-        types = tuple(str(v.type) for v in op.outputs)
+        types = tuple(v.type for v in op.outputs)
         parts.append((op.name, repr(sorted(op.attrs.items())), tuple(ins), types, payload))
-    external_kinds = tuple((kinds.get(id(v), "computed"), str(v.type)) for v in externals)
+    external_kinds = tuple((kinds.get(id(v), "computed"), v.type) for v in externals)
     return (tuple(parts), external_kinds), externals
 
 
