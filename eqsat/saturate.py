@@ -145,7 +145,7 @@ os.register_at_fork(after_in_child=_forget_incoming)
 
 
 def prepare(rules: Sequence[Rule]) -> None:
-    """Start making the e-graph of ``rules`` (schema and rules installed, ~0.3 s) in a background
+    """Start making the e-graph of ``rules`` (schema and rules installed, ~0.2-0.3 s) in a background
     thread, for the next ``fresh_egraph(rules)`` in any thread to take. egglog releases the GIL while
     it compiles rules, so the work overlaps the caller's (``eqsat.jit`` traces the function
     meanwhile). Nothing is started where the calling thread has that e-graph already, one is on its
@@ -170,7 +170,7 @@ def _take_incoming(key: tuple[Rule, ...]) -> bindings.EGraph | None:
 
 def fresh_egraph(rules: Sequence[Rule]) -> bindings.EGraph:
     """An e-graph with the schema and ``rules`` installed and nothing else. Installing the rules takes
-    ~0.3 s, so each rule set's e-graph is made once (per thread; or beforehand by ``prepare``) and
+    ~0.2-0.3 s, so each rule set's e-graph is made once (per thread; or beforehand by ``prepare``) and
     handed out again reset to that state: egglog's ``push`` saves it (a copy of an e-graph with no
     terms, ~0.05 s), ``pop`` restores it. Small rule sets (a proof cut down to the rules it needs)
     share one e-graph made with the schema, the rules pushed over it. An e-graph handed out before is
