@@ -549,7 +549,7 @@ def _fused_conv2d_add_act(r: _Reader, line: Line) -> list[Value | list[Value]]:
         return _opaque(r, line)
     x, w = (r.tensor(line, o) for o in line.operands[:2])
     y = _conv(r, line, x, w)
-    axis = 1 if _layout(line) == "NCHW" else 3
+    axis = CONV_AXES[_layout(line)].channel
     for name in line.operands[2:]:
         if name == NULL_VALUE:
             continue
