@@ -160,14 +160,17 @@ def ilp(
     return Extraction(best) if all(r in best for r in roots) else warm
 
 
-def _cyclic_components(graph: Serialized, classes: set[str]) -> dict[str, int]:
+def _components(graph: Serialized, classes: set[str]) -> tuple[dict[str, int], list[str]]:
     """The classes on a cycle of the class graph (class -> the child classes its nodes read), each
-    with the number of its strongly connected component (Tarjan's algorithm, iterative)."""
+    with the number of its strongly connected component; and ``classes`` in the order their
+    components complete, each after the classes it reads where no cycle prevents it (Tarjan's
+    algorithm, iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
     found: dict[str, int] = {}
+    order: list[str] = []
     components = 0
 
     for root in classes:
@@ -192,6 +195,7 @@ def _cyclic_components(graph: Serialized, classes: set[str]) -> dict[str, int]:
                         members.append(m)
                         if m == c:
                             break
+                    order.extend(members)
                     if len(members) > 1:
                         found.update(dict.fromkeys(members, components))
                         components += 1
@@ -202,7 +206,7 @@ def _cyclic_components(graph: Serialized, classes: set[str]) -> dict[str, int]:
                 work.append((child, _class_children(graph, child, classes)))
             elif child in on_stack:
                 low[c] = min(low[c], index[child])
-    return found
+    return found, order
 
 
 def _class_children(graph: Serialized, cid: str, classes: set[str]) -> Iterator[str]:
@@ -264,7 +268,6 @@ def _solve(
 ) -> dict[str, tuple[float, dict[str, float], Node]]:
     """The integer program over ``classes`` (those reachable from ``roots``): the choice per class
     HiGHS finds, or the warm start's where it finds no solution."""
-
     lp, col, cls = _program(graph, costs, roots, classes)
     h = _solver()
     h.setOptionValue("time_limit", float(time_limit_s))
@@ -293,10 +296,10 @@ def _program(
 
     nodes = [n for c in graph.classes if c in classes for n in graph.classes[c]]
     col = {n.id: i for i, n in enumerate(nodes)}
-    component = _cyclic_components(graph, classes)  # only a class on a cycle needs an order variable
+    component, order = _components(graph, classes)  # only a class on a cycle needs an order variable
     cls = {c: len(nodes) + i for i, c in enumerate(c for c in graph.classes if c in component)}
     scale = 1e6 / max(max((costs[n.id] for n in nodes), default=1.0), 1e-30)
-    rows, upper = _rows(graph, classes, set(roots), col, cls, component)
+    rows, upper = _rows(graph, order, set(roots), col, cls, component)
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = len(upper), len(rows)
     lp.col_cost_ = np.array([costs[n.id] * scale for n in nodes] + [0.0] * len(cls))
@@ -323,13 +326,14 @@ Row = tuple[dict[int, float], float, float]  # coefficients by column, lower bou
 
 def _rows(
     graph: Serialized,
-    classes: set[str],
+    classes: list[str],
     roots: set[str],
     col: dict[str, int],
     cls: dict[str, int],
     component: dict[str, int],
 ) -> tuple[list[Row], list[float]]:
-    """The constraints of the integer program, and the columns' upper bounds.
+    """The constraints of the integer program over ``classes`` (children first), and the columns'
+    upper bounds.
 
     At most one node per class (exactly one per root): every optimal choice is one, and it makes a
     class's readers additive, so the LP relaxation cannot cover a child class once for several
@@ -371,12 +375,12 @@ def _rows(
     return rows, upper
 
 
-def _needed(graph: Serialized, classes: set[str]) -> dict[str, list[str]]:
+def _needed(graph: Serialized, order: list[str]) -> dict[str, list[str]]:
     """For each class of several nodes, the classes it needs whatever node it picks (each node reads
     them, directly or through classes that need them), less those its other constraints imply: the
     classes all its nodes read, what they need, and what another needed class needs. Bit sets over
-    ``classes``, computed children first; classes on a cycle until nothing changes."""
-    order = _post_order(graph, classes)
+    ``order`` (children first), so one pass suffices off cycles; on them, passes until nothing
+    changes."""
     bit = {c: 1 << i for i, c in enumerate(order)}
     needs = dict.fromkeys(order, 0)  # as a bit set: the classes each class needs
 
@@ -417,28 +421,6 @@ def _bits(mask: int, order: list[str]) -> Iterable[str]:
         low = mask & -mask
         yield order[low.bit_length() - 1]
         mask ^= low
-
-
-def _post_order(graph: Serialized, classes: set[str]) -> list[str]:
-    """``classes``, each after the classes it reads (where no cycle prevents it)."""
-    seen: set[str] = set()
-    order: list[str] = []
-
-    for root in classes:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, _class_children(graph, root, classes))]
-        while stack:
-            cid, pending = stack[-1]
-            k = next(pending, None)
-            if k is None:
-                stack.pop()
-                order.append(cid)
-            elif k not in seen:
-                seen.add(k)
-                stack.append((k, _class_children(graph, k, classes)))
-    return order
 
 
 def _warm_solution(
