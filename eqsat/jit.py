@@ -46,7 +46,9 @@ class Jitted:
         jit_options: dict[str, Any] | None = None,
     ) -> None:
         self.fn = fn
-        self.options = {"rules": None if rules is None else list(rules), "cost": cost, "limits": limits}
+        chosen = resolve(rules)  # an unknown rule name fails here, at decoration
+        prepare(chosen)  # the rules start installing now, in the background: decorators run early
+        self.options = {"rules": chosen, "cost": cost, "limits": limits}
         self.verify = verify
         self.static_argnums, self.static_argnames = _static_args(fn, static_argnums, static_argnames)
         self.results: dict[Any, OptimizeResult] = {}
@@ -109,7 +111,7 @@ class Jitted:
             full = [static[i] if i in static else next(it) for i in range(len(args))]
             return self.fn(*full, **kw, **static_kw)
 
-        prepare(resolve(self.options["rules"]))  # the rules install in the background while we trace
+        prepare(self.options["rules"])  # unless installed or on their way: install while we trace
         traced = trace(with_static, *specs[0], **specs[1])
         with jax.ensure_compile_time_eval():
             result = optimize(traced.program, verify=self.verify, **self.options)

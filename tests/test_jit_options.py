@@ -113,3 +113,21 @@ def test_sharded_programs_run_over_eight_devices_and_match_jax():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "sharded ok" in done.stdout
+
+
+def test_decorating_starts_installing_the_rules_and_rejects_unknown_rule_names():
+    import pytest
+
+    from eqsat import saturate
+
+    relu_twice = eqsat.rules.base.rule(  # a rule set no other test uses: its e-graph is made anew
+        "relu-twice-decorated", "relu is idempotent", "(Relu (Relu x))", "(Relu x)", example=lambda rng: {}
+    )
+    rules = [*eqsat.rules.select(["transpose", "reshape", "fusion"]), relu_twice]
+    fn = eqsat.jit(_mlp, rules=rules)
+    assert tuple(rules) in saturate._INCOMING  # on its way before the first call
+    args = _args()
+    np.testing.assert_allclose(fn(*args), jax.jit(_mlp)(*args), rtol=1e-5, atol=1e-5)
+    assert tuple(rules) not in saturate._INCOMING  # the first call took it
+    with pytest.raises(KeyError, match="no-such-rule"):
+        eqsat.jit(_mlp, rules=["no-such-rule"])
