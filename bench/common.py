@@ -36,6 +36,14 @@ def interleaved(
     return {k: statistic(v) for k, v in times.items()}
 
 
+def matmul_gflops(n: int = 2048, dtype: str = "float32", repeats: int = 5) -> float:
+    """GFLOP/s of an n³ matmul of ``dtype`` under jax.jit (best run): the machine's practical peak, the
+    ceiling any kernel made of products works under."""
+    a = jax.numpy.asarray(np.random.default_rng(0).normal(size=(n, n)), dtype)
+    square = jax.jit(jax.numpy.matmul)
+    return 2 * n**3 / interleaved({"mm": lambda: square(a, a)}, repeats, statistic=min)["mm"] / 1e9
+
+
 def peak_bytes(fn: Callable[..., Any], args: Sequence[Any]) -> int:
     """XLA's buffer assignment for one call: arguments + outputs + temporaries (a bound on peak use)."""
     stats = jax.jit(fn).lower(*args).compile().memory_analysis()

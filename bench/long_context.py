@@ -6,7 +6,9 @@ from ``arange``, ``jax.nn.softmax``), 8 heads of 64. A training step is ``jax.va
 loss through the function: ``jax.jit(value_and_grad(eqsat.jit(loss)))`` against
 ``jax.jit(value_and_grad(loss))``. Times are medians of interleaved calls in one process; peak memory
 is the growth of peak RSS during one call in a fresh process (``bench.memory``), measured first: a
-side that runs out of memory there is recorded as such and not timed.
+side that runs out of memory there is recorded as such and not timed. Each row also gives the rate
+both sides reach, in GFLOP/s of the program as written (XLA's flop count of jax.jit's program), next
+to this machine's matmul peak in the case's dtype, measured in the same run.
 
     python -m bench.long_context            # all rows -> bench/long_context.json
     python -m bench.long_context --quick    # S = 512 and 1024, batch 1, float32
@@ -15,6 +17,7 @@ side that runs out of memory there is recorded as such and not timed.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -26,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqsat
-from bench.common import OUT, interleaved, max_abs_diff, write
+from bench.common import OUT, interleaved, matmul_gflops, max_abs_diff, write
 from bench.library_models import linen_transformer
 from bench.memory import peak_rss_growth
 
@@ -98,15 +101,27 @@ def _memory(case: str, variant: str) -> int | None:
         raise RuntimeError(f"{case} ({variant}) failed:\n{e.stderr}") from e
 
 
+@functools.cache
+def _matmul_peak(dtype: str) -> float:
+    return matmul_gflops(2048, dtype)
+
+
+def _dtype(case: str) -> str:
+    return case.split("-")[1] if case.startswith("attention-") else "float32"
+
+
 def measure(case: str, repeats: int = REPEATS) -> dict[str, Any]:
     memory = {v: _memory(case, v) for v in ("eqsat", "jax")}
     fns, args = build(case)
     runs = {v: (lambda fn=fn: fn(*args)) for v, fn in fns.items() if memory[v] is not None}
     times = interleaved(runs, repeats) if runs else {}
-    row: dict[str, Any] = {"case": case, "repeats": repeats}
+    gflop = fns["jax"].lower(*args).compile().cost_analysis()["flops"] / 1e9
+    row: dict[str, Any] = {"case": case, "repeats": repeats, "gflop": gflop}
+    row["matmul_peak_gflops"] = _matmul_peak(_dtype(case))
     for v in ("eqsat", "jax"):
         row[f"{v}_s"] = times.get(v)
         row[f"{v}_peak_rss_bytes"] = memory[v]
+        row[f"{v}_gflops"] = gflop / times[v] if v in times else None
     if len(times) == 2:
         row["speedup"] = times["jax"] / times["eqsat"]
         row["max_abs_diff"] = max_abs_diff(runs["eqsat"](), runs["jax"]())
@@ -134,17 +149,23 @@ def _cell(seconds: float | None, memory: int | None) -> str:
     return f"{seconds * 1e3:.0f} ms, {memory / 2**20:.0f} MiB" if seconds is not None else "—"
 
 
+def _rate(gflops: float | None) -> str:
+    return "—" if gflops is None else f"{gflops:.0f}"
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| case | eqsat.jit (time, peak RSS) | jax.jit (time, peak RSS) | speedup | memory ratio |",
-        "|---|---:|---:|---:|---:|",
+        "| case | eqsat.jit (time, peak RSS) | jax.jit (time, peak RSS) | speedup | memory ratio "
+        "| GFLOP/s eqsat / jax / matmul peak |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         speedup = f"{r['speedup']:.2f}x" if "speedup" in r else "—"
         ratio = f"{r['memory_ratio']:.1f}x" if "memory_ratio" in r else "—"
         eq = _cell(r["eqsat_s"], r["eqsat_peak_rss_bytes"])
         jx = _cell(r["jax_s"], r["jax_peak_rss_bytes"])
-        lines.append(f"| {r['case']} | {eq} | {jx} | {speedup} | {ratio} |")
+        rates = " / ".join(_rate(r.get(k)) for k in ("eqsat_gflops", "jax_gflops", "matmul_peak_gflops"))
+        lines.append(f"| {r['case']} | {eq} | {jx} | {speedup} | {ratio} | {rates} |")
     return "\n".join(lines)
 
 
