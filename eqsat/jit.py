@@ -180,7 +180,8 @@ def jit(
     passed either way, as with ``jax.jit``. ``donate_argnums``/``donate_argnames``,
     ``in_shardings``/``out_shardings`` (a sharded program runs over several devices: XLA partitions
     the optimized program as it would the original), ``keep_unused`` and ``compiler_options`` mean what
-    they mean to ``jax.jit``.
+    they mean to ``jax.jit``. Decorating starts installing the rule set in a background thread (once
+    per rule set and process), so the first call finds it ready; an unknown rule name fails here.
     """
     nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)

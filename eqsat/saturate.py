@@ -147,9 +147,9 @@ os.register_at_fork(after_in_child=_forget_incoming)
 def prepare(rules: Sequence[Rule]) -> None:
     """Start making the e-graph of ``rules`` (schema and rules installed, ~0.2-0.3 s) in a background
     thread, for the next ``fresh_egraph(rules)`` in any thread to take. egglog releases the GIL while
-    it compiles rules, so the work overlaps the caller's (``eqsat.jit`` traces the function
-    meanwhile). Nothing is started where the calling thread has that e-graph already, one is on its
-    way, or the rule set is small."""
+    it compiles rules, so the work overlaps the caller's (``eqsat.jit`` calls it when it decorates a
+    function and again before it traces one). Nothing is started where the calling thread has that
+    e-graph already, one is on its way, or the rule set is small."""
     key = tuple(rules)
     if len(key) <= SMALL_RULE_SET or key in _PREPARED.egraphs:
         return

@@ -11,8 +11,10 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import eqsat
+from eqsat import saturate
 
 
 def _mlp(w, b, x):
@@ -116,10 +118,6 @@ def test_sharded_programs_run_over_eight_devices_and_match_jax():
 
 
 def test_decorating_starts_installing_the_rules_and_rejects_unknown_rule_names():
-    import pytest
-
-    from eqsat import saturate
-
     relu_twice = eqsat.rules.base.rule(  # a rule set no other test uses: its e-graph is made anew
         "relu-twice-decorated", "relu is idempotent", "(Relu (Relu x))", "(Relu x)", example=lambda rng: {}
     )
