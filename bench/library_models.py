@@ -163,8 +163,8 @@ def dot_product_attention(
     option: str = "plain",
 ) -> Case:
     """``jax.nn.dot_product_attention`` (BSHD) with one of its options: ``plain``, ``bias``, ``mask``,
-    ``causal``, ``gqa`` (2 kv heads for ``heads`` query heads)."""
-    kv_heads = 2 if option == "gqa" else heads
+    ``causal``, ``gqa`` (2 kv heads for ``heads`` query heads), ``gqa-causal``."""
+    kv_heads = 2 if option.startswith("gqa") else heads
     q, k, v = _qkv(batch, seq, heads, kv_heads, dim, dtype)
     rng = np.random.default_rng(3)
     if option == "bias":
@@ -173,7 +173,7 @@ def dot_product_attention(
     if option == "mask":
         mask = jnp.asarray(rng.random((batch, 1, seq, seq)) < 0.7).at[..., 0].set(True)
         return (lambda q, k, v, mask: jax.nn.dot_product_attention(q, k, v, mask=mask)), (q, k, v, mask)
-    causal = option == "causal"
+    causal = option in ("causal", "gqa-causal")
     return (lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal)), (q, k, v)
 
 
@@ -186,6 +186,6 @@ CASES: dict[str, Callable[..., Any]] = {
     "equinox-mlp": equinox_mlp,
     **{
         f"jax-dpa-{o}": functools.partial(dot_product_attention, option=o)
-        for o in ("plain", "bias", "mask", "causal", "gqa")
+        for o in ("plain", "bias", "mask", "causal", "gqa", "gqa-causal")
     },
 }

@@ -15,6 +15,11 @@ def _two_shapes(rng: Any) -> dict[str, Any]:
     return {"x": TensorType((a, b, 2), "float32"), "s1": (b, a * 2), "s2": (a * b * 2,)}
 
 
+def _two_expands(rng: Any) -> dict[str, Any]:
+    a, b = (int(v) for v in rng.integers(1, 5, 2))
+    return {"x": TensorType((1, b), "float32"), "s1": (a, b), "s2": (2, a, b)}
+
+
 def _same_shape(rng: Any) -> dict[str, Any]:
     shape = rand_shape(rng, int(rng.integers(1, 5)))
     return {"x": TensorType(shape, "float32"), "s": shape}
@@ -35,6 +40,13 @@ RULES = [
         "x",
         "(= (shape x) s)",
         example=_same_shape,
+    ),
+    rule(
+        "expand-compose",
+        "broadcasting is transitive: an expand of an expand is one expand to the final shape",
+        "(Expand (Expand x s1) s2)",
+        "(Expand x s2)",
+        example=_two_expands,
     ),
     rule(
         "expand-identity",

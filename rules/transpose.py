@@ -79,6 +79,39 @@ def _reduction_example(rng: Any) -> dict[str, Any]:
     }
 
 
+def _select_out_of_transpose(r: int, k: int) -> Variant:
+    """``where(mask, transpose(x, p), fill)`` for a mask of rank ``k`` broadcast to rank ``r`` that
+    varies over the last two axes only, and p fixes those two: the mask is the same after p."""
+    units = (f"(= (vec-get (shape m) {i}) 1)" for i in range(k - 2))
+    return Variant(
+        "(Select (Expand m s) (Transpose x p) (Full s v d))",
+        "(Transpose (Select (Expand m sx) x (Full sx v d)) p)",
+        (
+            f"(= (vec-length p) {r})",
+            f"(= (vec-get p {r - 2}) {r - 2})",
+            f"(= (vec-get p {r - 1}) {r - 1})",
+            f"(= (vec-length (shape m)) {k})",
+            *units,
+            "(= sx (shape x))",
+        ),
+    )
+
+
+def _select_example(rng: Any) -> dict[str, Any]:
+    r = int(rng.integers(3, 5))
+    k = int(rng.integers(2, r + 1))
+    x = TensorType(rand_shape(rng, r), "float32")
+    p = (*rand_perm(rng, r - 2), r - 2, r - 1)
+    return {
+        "x": x,
+        "m": TensorType((1,) * (k - 2) + x.shape[-2:], "bool"),
+        "p": p,
+        "s": tuple(x.shape[i] for i in p),
+        "v": -3.0,
+        "d": "float32",
+    }
+
+
 RULES = [
     per_rank(
         "transpose-compose",
@@ -107,5 +140,11 @@ RULES = [
             for r in range(2, MAX_RANK + 1)
         ),
         _reduction_example,
+    ),
+    Rule(
+        "transpose-out-of-masked-select",
+        "a broadcast mask over the last two axes is unchanged by a transpose fixing them",
+        tuple(_select_out_of_transpose(r, k) for r in range(3, MAX_RANK + 1) for k in range(2, r + 1)),
+        _select_example,
     ),
 ]

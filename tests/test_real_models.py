@@ -26,8 +26,9 @@ EXPECTED = {
     "jax-dpa-mask": (1, 0),
     "jax-dpa-causal": (1, 0),
     "jax-dpa-gqa": (1, 0),
+    "jax-dpa-gqa-causal": (1, 0),
 }
-CAUSAL = {"flax-nnx-causal", "flax-linen-decoder", "equinox-mha", "jax-dpa-causal"}
+CAUSAL = {"flax-nnx-causal", "flax-linen-decoder", "equinox-mha", "jax-dpa-causal", "jax-dpa-gqa-causal"}
 TOLERANCE = {"float32": 2e-5, "bfloat16": 5e-2}
 
 
@@ -55,7 +56,9 @@ def test_library_model_is_recognized_and_matches_jax(name, batch, dtype):
     assert all(op.attrs["causal"] == (name in CAUSAL) for op in attention), attention
 
 
-@pytest.mark.parametrize("name", ["flax-linen-decoder", "flax-nnx-causal", "jax-dpa-gqa"])
+@pytest.mark.parametrize(
+    "name", ["flax-linen-decoder", "flax-nnx-causal", "jax-dpa-gqa", "jax-dpa-gqa-causal"]
+)
 def test_gradients_through_eqsat_jit_match_jax(name):
     """jax.value_and_grad through eqsat.jit (a training step's shape) matches jax.jit's."""
     fn, args = CASES[name](2, 16)
