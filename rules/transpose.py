@@ -79,7 +79,7 @@ def _reduction_example(rng: Any) -> dict[str, Any]:
     }
 
 
-def _select_out_of_transpose(r: int, k: int) -> Variant:
+def _transpose_out_of_masked_select(r: int, k: int) -> Variant:
     """``where(mask, transpose(x, p), fill)`` for a mask of rank ``k`` broadcast to rank ``r`` that
     varies over the last two axes only, and p fixes those two: the mask is the same after p."""
     units = (f"(= (vec-get (shape m) {i}) 1)" for i in range(k - 2))
@@ -97,7 +97,7 @@ def _select_out_of_transpose(r: int, k: int) -> Variant:
     )
 
 
-def _select_example(rng: Any) -> dict[str, Any]:
+def _masked_select_example(rng: Any) -> dict[str, Any]:
     r = int(rng.integers(3, 5))
     k = int(rng.integers(2, r + 1))
     x = TensorType(rand_shape(rng, r), "float32")
@@ -144,7 +144,7 @@ RULES = [
     Rule(
         "transpose-out-of-masked-select",
         "a broadcast mask over the last two axes is unchanged by a transpose fixing them",
-        tuple(_select_out_of_transpose(r, k) for r in range(3, MAX_RANK + 1) for k in range(2, r + 1)),
-        _select_example,
+        tuple(_transpose_out_of_masked_select(r, k) for r in range(3, MAX_RANK + 1) for k in range(2, r + 1)),
+        _masked_select_example,
     ),
 ]
