@@ -77,13 +77,14 @@ def _analysis_rules(op: OpDef) -> list[str]:
     return rules
 
 
-# Dtype families that rule guards name: ``(float-dtype (dtype x))``. ``wide-float`` excludes half
-# precision, whose range a reassociated or rescaled computation overflows; ``reassociable`` dtypes
-# keep their values under reassociation and distribution up to rounding (wide floats) or exactly
+# Dtype families that rule guards name: ``(float-dtype (dtype x))``. ``half-float`` is half precision;
+# ``wide-float`` excludes it, whose range a reassociated or rescaled computation overflows; ``reassociable``
+# dtypes keep their values under reassociation and distribution up to rounding (wide floats) or exactly
 # (integers wrap around: arithmetic modulo 2**n is a ring).
 DTYPE_FAMILIES: dict[str, frozenset[str]] = {
     "float-dtype": FLOAT_DTYPES,
     "wide-float": frozenset({"float32", "float64"}),
+    "half-float": frozenset({"float16", "bfloat16"}),
     "reassociable": frozenset({"float32", "float64"} | {d for d in DTYPES if "int" in d}),
     "int-dtype": frozenset(d for d in DTYPES if "int" in d),
 }

@@ -77,7 +77,17 @@ def flash_blocks(rows: int, queries: int, keys: int) -> tuple[int, int, int, int
 
 # The default of a ``dtype`` attribute that means "the dtype of the first operand".
 LIKE_INPUT = "like-input"
+# The default of a dtype attribute that means "the first operand's dtype, at least float32" (where
+# half-precision work accumulates).
+ACCUMULATE = "accumulate"
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+
+
+def accumulation_dtype(dtype: str) -> str:
+    """float32 for half precision, else ``dtype`` itself."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
 DtypeCheck = Callable[[Sequence[TensorType], dict], str | None]
 
 
@@ -259,6 +269,8 @@ class OpDef:
                 raise ShapeError(f"{self.name} needs attribute {a.name!r}")
             if value == LIKE_INPUT:
                 value = inputs[0].type.dtype
+            elif value == ACCUMULATE:
+                value = accumulation_dtype(inputs[0].type.dtype)
             out[a.name] = _coerce(self.name, a, value)
         if self.axis_attr:
             rank = inputs[0].type.rank
@@ -302,7 +314,7 @@ def _coerce(op: str, attr: Attr, value: AttrValue) -> AttrValue:
                 return tuple(int(v) for v in value)
         case "str":
             if isinstance(value, str):
-                if attr.name == "dtype" and value not in DTYPES:
+                if attr.name.endswith("dtype") and value not in DTYPES:
                     raise ShapeError(f"{op}: unsupported dtype {value!r}")
                 if attr.choices and value not in attr.choices:
                     raise ShapeError(
@@ -394,9 +406,15 @@ def _iota_dimension(types: Sequence[TensorType], attrs: dict) -> str | None:
 def _attention_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
     if types[0].dtype not in FLOAT_DTYPES:
         return f"needs floating-point q, k, v, got {types[0].dtype}"
-    if types[3].dtype not in (types[0].dtype, "float32"):
-        return f"bias must be of q's dtype or float32, got {types[3].dtype}"
+    narrow = [a for a in ("scores_dtype", "softmax_dtype") if attrs[a] not in FLOAT_DTYPES]
+    if narrow:
+        return f"{narrow[0]} must be a floating-point dtype, got {attrs[narrow[0]]}"
+    if types[3].dtype not in (types[0].dtype, "float32", attrs["scores_dtype"]):
+        return f"bias must be of q's dtype, float32 or the scores' dtype, got {types[3].dtype}"
     return None if types[4].dtype == "bool" else f"mask must be bool, got {types[4].dtype}"
+
+
+ATTENTION_PRECISION = (Attr("scores_dtype", "str", ACCUMULATE), Attr("softmax_dtype", "str", ACCUMULATE))
 
 
 def _attention(name: str, doc: str, phases: PhasesFn) -> OpDef:
@@ -405,7 +423,12 @@ def _attention(name: str, doc: str, phases: PhasesFn) -> OpDef:
         name,
         5,
         doc,
-        (Attr("scale", "float"), Attr("fill", "float", -math.inf), Attr("causal", "int", 0, (0, 1))),
+        (
+            Attr("scale", "float"),
+            Attr("fill", "float", -math.inf),
+            Attr("causal", "int", 0, (0, 1)),
+            *ATTENTION_PRECISION,
+        ),
         Attention(),
         flops=_attention_flops,
         phases=phases,
@@ -584,8 +607,10 @@ _OPS = [
     _attention(
         "attention",
         "softmax(where(mask, q kᵀ·scale + bias, fill)) v (q, k, v, bias, mask); causal: the mask also "
-        "keeps only keys j <= query i; scores and softmax in float32 for half-precision q (bias in q's "
-        "dtype or float32); scores materialized",
+        "keeps only keys j <= query i. Rounded where the program rounds: q kᵀ, its scaling, the bias "
+        "and the fill in scores_dtype; the softmax in softmax_dtype; the probabilities in q's dtype, "
+        "their product with v accumulated in float32 or wider and returned in q's dtype (both dtypes "
+        "default to q's, at least float32); scores materialized",
         _attention_phases,
     ),
     _attention(

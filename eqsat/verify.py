@@ -20,7 +20,7 @@ from eqsat.cost import NodeCount
 from eqsat.egraph import Encoding, Serialized, decode, literal, new_egraph
 from eqsat.errors import EqsatError, MiscompileError, ShapeError
 from eqsat.extract import greedy_dag
-from eqsat.ir import Program, TensorType, Value
+from eqsat.ir import DTYPES, Program, TensorType, Value
 from eqsat.rules import Rule
 from eqsat.saturate import install
 
@@ -37,6 +37,16 @@ def loosest(*dtypes: str) -> str:
     """The dtype with the widest tolerance: a float32 result computed from bfloat16 data (a matmul with
     a wider result type) is only as precise as bfloat16, as XLA may round there first."""
     return max(dtypes, key=tolerance)
+
+
+def path_dtypes(program: Program) -> set[str]:
+    """Every dtype a program computes in: its values' and its ops' dtype attributes (a fused op's
+    intermediate precision)."""
+    out = {v.type.dtype for v in program.inputs}
+    for op in program.live_ops():
+        out.update(v.type.dtype for v in op.outputs)
+        out.update(a for a in op.attrs.values() if isinstance(a, str) and a in DTYPES)
+    return out
 
 
 INPUT_KINDS = ("normal", "large", "special")
@@ -121,18 +131,29 @@ def _evaluate(program: Program, args: Sequence[Any]) -> tuple[Any, ...]:
     return lower(program)(*args)
 
 
-def check_rule(rule: Rule, seed: int = 0, dtype: str | None = None) -> RuleCheck:
+def check_rule(
+    rule: Rule, seed: int = 0, dtype: str | None = None, case: dict[str, Any] | None = None
+) -> RuleCheck:
     """Apply ``rule`` to its example and check every resulting term agrees with the LHS numerically:
-    on normal inputs, and for an exact rule also on special values (±0, ±inf, NaN, a -inf row), where
-    infs and NaNs must match too. ``dtype`` replaces the example's float32 (tensors and dtype
-    attributes), e.g. with float16 or int32; a rule whose guard excludes it need not fire then.
+    on normal inputs, and for an exact rule also on special values (±0, ±inf, NaN, a -inf
+    row), where infs and NaNs must match too. ``dtype`` replaces the example's float32 (tensors and
+    dtype attributes), e.g. with float16 or int32; a rule whose guard excludes it need not fire then.
+    ``case``: keyword arguments of the example (one of ``rule.cases``); the rule must fire on it.
 
     Raises :class:`MiscompileError` on disagreement and :class:`EqsatError` if the rule does not fire.
     """
     rng = np.random.default_rng(seed)
-    bindings = rule.example(rng)
+    bindings = rule.example(rng, **(case or {}))
     if dtype is not None:
         bindings = {k: _with_dtype(v, dtype) for k, v in bindings.items()}
+    wide = any(getattr(v, "dtype", v) in ("float64", "int64", "uint64") for v in bindings.values())
+    with jax.enable_x64(wide or bool(jax.config.jax_enable_x64)):
+        return _check_example(rule, rng, bindings, dtype is None)
+
+
+def _check_example(
+    rule: Rule, rng: np.random.Generator, bindings: dict[str, Any], must_fire: bool
+) -> RuleCheck:
     program = Program()
     egg: dict[str, str] = {}
     cmds = []
@@ -152,7 +173,7 @@ def check_rule(rule: Rule, seed: int = 0, dtype: str | None = None) -> RuleCheck
     args = {kind: [random_array(v.type, rng, kind) for v in program.inputs] for kind in kinds}
     roots = tuple(dict.fromkeys(r for v in rule.variants for r in v.roots))
     compared, fired = _check_roots(rule, roots, cmds, egg, leaves, program, args, bindings)
-    if not fired and dtype is None:
+    if not fired and must_fire:
         raise EqsatError(f"rule {rule.name} did not fire on its example {bindings}")
     return RuleCheck(rule.name, compared, list(roots), fired)
 
@@ -217,7 +238,8 @@ def _check_roots(
             )
             for kind, a in args.items():
                 got = _evaluate(rewritten, a)[0]
-                diff = compare(expected[n, kind], got, rewritten.outputs[0].type.dtype, strict=rule.exact)
+                precision = loosest(*path_dtypes(lhs[n]), *path_dtypes(rewritten))
+                diff = compare(expected[n, kind], got, precision, strict=rule.exact)
                 if diff is not None:
                     raise MiscompileError(
                         f"rule {rule.name}: {pattern} rewrote to\n{rewritten}\nwhich differs on {kind} "

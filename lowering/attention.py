@@ -1,12 +1,12 @@
 """Attention lowerings: naive (scores materialized) and flash (blocked, stats form).
 
-``flash_attention`` scales, casts (float32 accumulation for float16/bfloat16) and pads its inputs to
-whole blocks — ``eqsat.ops.flash_blocks`` picks them, as the cost model does — and runs
-``flash.blocked_attention``, which never materializes the S×S scores, skips causal blocks, and has
-its own blocked backward pass. Both lowerings keep the meaning of masks: with a ``-inf`` fill a fully
-masked row gives ``0/0`` (NaN), as naive softmax does; with a finite fill it is the uniform average.
-On a GPU backend, float16/bfloat16 inputs of rank 4 go to cuDNN's fused attention
-(``jax.nn.dot_product_attention(implementation="cudnn")``) when it accepts them."""
+Both round where the program they were recognized from rounds (``eqsat.ops``: the scores' and the softmax's
+dtypes are attributes). ``flash_attention`` scales and pads its inputs to whole blocks —
+``eqsat.ops.flash_blocks`` picks them, as the cost model does — and runs ``flash.blocked_attention``, which
+never materializes the S×S scores, skips causal blocks, and has its own blocked backward pass. Both lowerings
+keep the meaning of masks: with a ``-inf`` fill a fully masked row gives ``0/0`` (NaN), as naive softmax does;
+with a finite fill it is the uniform average. On a GPU backend, float16/bfloat16 inputs of rank 4 go to
+cuDNN's fused attention (``jax.nn.dot_product_attention(implementation="cudnn")``) when it accepts them."""
 
 from __future__ import annotations
 
@@ -35,13 +35,25 @@ def _optional(bias: Array, mask: Array) -> tuple[Array | None, Array | None]:
 
 @register("attention")
 def naive_attention(
-    q: Array, k: Array, v: Array, bias: Array, mask: Array, *, scale: float, fill: float, causal: int
+    q: Array,
+    k: Array,
+    v: Array,
+    bias: Array,
+    mask: Array,
+    *,
+    scale: float,
+    fill: float,
+    causal: int,
+    scores_dtype: str,
+    softmax_dtype: str,
 ) -> Array:
+    """The program as written: scores, softmax and probabilities rounded where it rounds them."""
     b, m = _optional(bias, mask)
-    masking = Masking(b is not None, m is not None, fill, bool(causal), k.shape[-2], padded=False)
-    acc = jnp.promote_types(q.dtype, jnp.float32)  # scores and softmax of half precision in float32
-    scores, _ = masking.scores(q.astype(acc) * jnp.asarray(scale, acc), k.astype(acc), 0, 0, b, m)
-    return jnp.matmul(jax.nn.softmax(scores, axis=-1), v.astype(acc)).astype(q.dtype)
+    precision = (scores_dtype, softmax_dtype)
+    masking = Masking(b is not None, m is not None, fill, bool(causal), k.shape[-2], False, scale, *precision)
+    scores, _ = masking.scores(q, k, 0, 0, b, m)
+    probabilities = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+    return jnp.matmul(probabilities, v, preferred_element_type=q.dtype)
 
 
 def _cudnn(
@@ -83,16 +95,27 @@ def _scores_rank(x: Array, rank: int, dtype: object) -> Array:
 
 @register("flash_attention")
 def flash_attention(
-    q: Array, k: Array, v: Array, bias: Array, mask: Array, *, scale: float, fill: float, causal: int
+    q: Array,
+    k: Array,
+    v: Array,
+    bias: Array,
+    mask: Array,
+    *,
+    scale: float,
+    fill: float,
+    causal: int,
+    scores_dtype: str,
+    softmax_dtype: str,
 ) -> Array:
     b, m = _optional(bias, mask)
-    fused = _cudnn(q, k, v, b, m, scale, bool(causal))
-    if fused is not None:
-        return fused
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
+    if scores_dtype == softmax_dtype == "float32":  # cuDNN keeps float32 scores, as the program does
+        fused = _cudnn(q, k, v, b, m, scale, bool(causal))
+        if fused is not None:
+            return fused
     bq, bk, nq, nk = flash_blocks(prod(q.shape[:-2]), sq, sk)
-    if q.dtype == acc_dtype:  # scaling q costs less than scaling the scores
+    if q.dtype == acc_dtype == scores_dtype:  # scaling q costs less than scaling the scores
         q, scale = q * jnp.asarray(scale, acc_dtype), 1.0
     q, k, v = _pad(q, -2, nq * bq), _pad(k, -2, nk * bk), _pad(v, -2, nk * bk)
     padded = []
@@ -103,6 +126,9 @@ def flash_attention(
             x = _pad(_pad(_scores_rank(x, q.ndim, dtype), -1, nk * bk, value), -2, nq * bq, value)
         padded.append(x)
     b, m = padded
-    masking = Masking(b is not None, m is not None, fill, bool(causal), sk, nk * bk != sk, scale)
+    padded = nk * bk != sk
+    masking = Masking(
+        b is not None, m is not None, fill, bool(causal), sk, padded, scale, scores_dtype, softmax_dtype
+    )
     out = blocked_attention(Blocks(masking, bq, bk, nq, nk), q, k, v, b, m)
     return out[..., :sq, :].astype(out_dtype)

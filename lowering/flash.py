@@ -1,22 +1,22 @@
 """Blocked attention: the flash forward pass and its own blocked backward pass (a ``jax.custom_vjp``).
 
-Inputs arrive padded to whole blocks, in their own dtype: half-precision q, k, v stay half in every
-product, which accumulates in float32 (as FlashAttention does on GPUs); scores, softmax stats and
-accumulators are float32. The forward pass maps over query blocks: when one block's scores over all
-keys fit the cache budget it takes an exact one-pass softmax; otherwise it streams over key blocks
-(sliced in place, never copied) carrying the softmax stats — running max ``m``, running sum ``l`` —
-and an accumulator rescaled by ``exp(m_old - m_new)`` whenever the max grows (the online softmax).
-It saves only the output and the stats ``m``, ``l`` per row (not ``m + log l``: with a fill like -1e9
-a fully masked row's log-sum-exp rounds to the fill, and its probabilities would come back as 1
-instead of 1/S).
+Inputs arrive padded to whole blocks, in their own dtype: half-precision q, k, v stay half in every product,
+which accumulates in float32 (as FlashAttention does on GPUs). The scores are rounded where the program rounds
+them (q kᵀ, its scaling, the bias and the fill in the scores' dtype, then the softmax's dtype); the softmax
+stats and accumulators are float32 or wider, and the probabilities are rounded to v's dtype for their product
+with v. The forward pass maps over query blocks: when one block's scores over all keys fit the cache budget it
+takes an exact one-pass softmax; otherwise it streams over key blocks (sliced in place, never copied) carrying
+the softmax stats — running max ``m``, running sum ``l`` — and an accumulator rescaled by ``exp(m_old -
+m_new)`` whenever the max grows (the online softmax). It saves only the output and the stats ``m``, ``l`` per
+row (not ``m + log l``: with a fill like -1e9 a fully masked row's log-sum-exp rounds to the fill, and its
+probabilities would come back as 1 instead of 1/S).
 
-The backward pass (FlashAttention-2) has its own blocking (under a causal mask, square blocks that
-skip more of the masked triangle). It maps over key blocks, and for each visits the query blocks that
-see it: it recomputes the block's probabilities from the stats (``p = exp(s - m) / l``), accumulates
-the key block's ``dk``/``dv`` (carried through the loop over query blocks), and adds the block's share
-into ``dq`` (and into the bias's gradient when there is a bias). Neither pass materializes the S×S
-scores, so memory stays O(S·D); under a causal mask both skip the blocks after the diagonal.
-"""
+The backward pass (FlashAttention-2) has its own blocking (under a causal mask, square blocks that skip more
+of the masked triangle). It maps over key blocks, and for each visits the query blocks that see it: it
+recomputes the block's probabilities from the stats (``p = exp(s - m) / l``), accumulates the key block's
+``dk``/``dv`` (carried through the loop over query blocks), and adds the block's share into ``dq`` (and into
+the bias's gradient when there is a bias). Neither pass materializes the S×S scores, so memory stays O(S·D);
+under a causal mask both skip the blocks after the diagonal."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 Array = jax.Array
@@ -39,8 +40,10 @@ KV = "...qk,...qd->...kd"  # probabilities or score gradients, transposed, times
 
 @dataclass(frozen=True)
 class Masking:
-    """How one attention call turns q kᵀ into the scores its softmax takes: times ``scale``, the bias
-    added, then ``where(mask and causal, scores, fill)``, and keys from ``valid`` on (padding) at -inf."""
+    """How one attention call turns q kᵀ into the scores its softmax takes: q kᵀ rounded to
+    ``scores_dtype``, times ``scale``, the bias added, then ``where(mask and causal, scores, fill)`` (all
+    in ``scores_dtype``), keys from ``valid`` on (padding) at -inf, and the result cast to
+    ``softmax_dtype``."""
 
     has_bias: bool
     has_mask: bool
@@ -49,39 +52,52 @@ class Masking:
     valid: int
     padded: bool
     scale: float = 1.0
+    scores_dtype: str = "float32"
+    softmax_dtype: str = "float32"
 
     def scores(
         self, q: Array, k: Array, row0: Array | int, col0: Array | int, bias: Opt, mask: Opt
     ) -> tuple[Array, Opt]:
-        """The block's scores, and where they depend on q kᵀ (None: everywhere)."""
-        s = product("...qd,...kd->...qk", q, k, k.dtype)
+        """The block's scores in the softmax's dtype, and where they depend on q kᵀ (None: everywhere)."""
+        dtype = jnp.dtype(self.scores_dtype)
+        s = product("...qd,...kd->...qk", q, k, k.dtype, jnp.promote_types(k.dtype, dtype)).astype(dtype)
         if self.scale != 1:
-            s = s * self.scale
+            s = s * jnp.asarray(self.scale, dtype)
         if bias is not None:
-            s = s + bias
+            s = s + bias.astype(dtype)
         rows = row0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 0)
         cols = col0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 1)
         keep = mask
         if self.causal:
             keep = rows >= cols if keep is None else keep & (rows >= cols)
         if keep is not None:
-            s = jnp.where(keep, s, jnp.asarray(self.fill, s.dtype))
+            s = jnp.where(keep, s, jnp.asarray(self.fill, dtype))
         if self.padded:
             s = jnp.where(cols < self.valid, s, -jnp.inf)
-        return s, keep
+        return s.astype(self.softmax_dtype), keep
+
+    @property
+    def rounded_fill(self) -> float:
+        """The fill as the scores hold it (``finfo(float32).min`` is -inf in bfloat16)."""
+        return float(np.asarray(self.fill, jnp.dtype(self.scores_dtype)).astype(np.float64))
+
+    @property
+    def stats_dtype(self) -> jnp.dtype:
+        """The dtype of the online softmax's stats and accumulators: the softmax's, at least float32."""
+        return jnp.promote_types(self.softmax_dtype, jnp.float32)
 
     @property
     def finite(self) -> bool:
         """Every score finite (for finite inputs), padding included: no row's max is -inf, so the
         online softmax needs no -inf guards."""
         masked = self.has_mask or self.causal
-        return not self.has_bias and (not masked or math.isfinite(self.fill)) and not self.padded
+        return not self.has_bias and (not masked or math.isfinite(self.rounded_fill)) and not self.padded
 
     @property
     def skips_blocks(self) -> bool:
         """Causal key blocks after the diagonal may be skipped: they are masked out and (with a -inf
         fill, or no other mask) no row is masked out entirely."""
-        return self.causal and (not self.has_mask or self.fill == -math.inf)
+        return self.causal and (not self.has_mask or self.rounded_fill == -math.inf)
 
 
 @dataclass(frozen=True)
@@ -117,9 +133,10 @@ class Blocks:
         return Blocks(self.masking, size, size, queries // size, keys // size)
 
 
-def product(spec: str, x: Array, y: Array, dtype: jnp.dtype) -> Array:
-    """``einsum(spec, x, y)`` with both operands in ``dtype`` and a float32 (or wider) result."""
-    acc = jnp.promote_types(dtype, jnp.float32)
+def product(spec: str, x: Array, y: Array, dtype: jnp.dtype, result: jnp.dtype | None = None) -> Array:
+    """``einsum(spec, x, y)`` with both operands in ``dtype`` and a float32 (or wider: ``result``)
+    result."""
+    acc = jnp.promote_types(jnp.promote_types(dtype, jnp.float32), result or dtype)
     return jnp.einsum(spec, x.astype(dtype), y.astype(dtype), preferred_element_type=acc)
 
 
@@ -154,7 +171,7 @@ def _key_block(
     k_blk, v_blk = (block(t, j * b.bk, b.bk, -2) for t in (k, v))
     cols = j * b.bk
     s, keep = b.masking.scores(q, k_blk, row0, cols, block(bias, cols, b.bk, -1), block(mask, cols, b.bk, -1))
-    return s, v_blk, keep
+    return s.astype(b.masking.stats_dtype), v_blk, keep
 
 
 def _exp(s: Array, m: Array, finite: bool) -> Array:

@@ -13,6 +13,7 @@ around the softmax. A mask built from iota comparisons (row >= column) becomes t
 
 from __future__ import annotations
 
+import functools
 from itertools import product
 from typing import Any
 
@@ -24,7 +25,7 @@ from eqsat.shapes import MAX_RANK
 from .base import Rule, Variant
 
 F32 = "float32"
-QK = "(Matmul q k 0 1 ds)"  # scores of dtype ds: q's (dq), or float32 for half-precision q
+QK = "(Matmul q k 0 1 ds)"  # scores of dtype ds
 ZERO = "(Full (vec-empty) 0.0 ds)"
 TRUE = '(Full (vec-empty) 1.0 "bool")'
 _LAST = "(- (vec-length (shape q)) 1)"
@@ -42,6 +43,7 @@ def _guards(scores: str, product: str) -> tuple[str, ...]:
         f"(= (shape {scores}) (shape {QK}))",
         "(= dq (dtype q))",
         "(float-dtype dq)",
+        "(float-dtype ds)",
     )
 
 
@@ -64,21 +66,23 @@ def _masked(scores: str) -> tuple[tuple[str, str, str], ...]:
     )
 
 
-# The softmax's precision: (probabilities of the masked scores, the scores' dtype): in q's dtype; in
-# float32 by casts around it (jax.nn.softmax of half precision); of float32 scores (a product with
-# preferred_element_type=float32, as jax.nn.dot_product_attention computes), cast to q's dtype.
+# The softmax's precision, which the attention op keeps (its scores_dtype and softmax_dtype): (the
+# probabilities of the masked scores, the softmax's dtype, guard). In the scores' dtype, which is q's;
+# in the scores' dtype, cast to q's (float32 scores of half-precision q, as jax.nn.dot_product_attention
+# computes them); in a dtype dm the scores are cast to (jax.nn.softmax of half precision in float32),
+# cast to q's.
 _PRECISIONS = (
-    ("(Softmax {} a)", "(= ds dq)"),
-    ('(Cast (Softmax (Cast {} "float32") a) dq)', "(= ds dq)"),
-    ("(Cast (Softmax {} a) dq)", '(= ds "float32")'),
+    ("(Softmax {} a)", "ds", ("(= ds dq)",)),
+    ("(Cast (Softmax {} a) dq)", "ds", ()),
+    ("(Cast (Softmax (Cast {} dm) a) dq)", "dm", ("(float-dtype dm)",)),
 )
 
 
 def _fuse(scores: str, bias: str, scale: str, masked: str, mask: str, fill: str, precision: int) -> Variant:
-    probs, dtype = _PRECISIONS[precision]
+    probs, softmax_dtype, when = _PRECISIONS[precision]
     product = f"(Matmul {probs.format(masked)} v 0 0 dq)"
-    attention = f"(Attention q k v {bias} {mask} {scale} {fill} 0)"
-    return Variant(product, attention, (*_guards(scores, product), dtype))
+    attention = f"(Attention q k v {bias} {mask} {scale} {fill} 0 ds {softmax_dtype})"
+    return Variant(product, attention, (*_guards(scores, product), *when))
 
 
 def _causal(rank: int, compare: str, reshaped: bool) -> Variant:
@@ -93,8 +97,8 @@ def _causal(rank: int, compare: str, reshaped: bool) -> Variant:
     fit = [f"(= (vec-get {v} (- (vec-length {v}) 2)) {sq})" for v in shapes]
     fit += [f"(= (vec-get {v} (- (vec-length {v}) 1)) {sk})" for v in shapes]
     return Variant(
-        f"(Attention q k v b {mask} c f 0)",
-        f"(Attention q k v b {TRUE} c f 1)",
+        f"(Attention q k v b {mask} c f 0 ds dm)",
+        f"(Attention q k v b {TRUE} c f 1 ds dm)",
         (f"(= (vec-length s) {rank})", *fit),
     )
 
@@ -114,15 +118,17 @@ def _broadcasts() -> list[tuple[str, str, tuple[str, ...]]]:
 _BROADCASTS = _broadcasts()
 
 
-def _example(rng: Any) -> dict[str, Any]:
+def _example(rng: Any, dq: str = F32, ds: str | None = None, dm: str | None = None) -> dict[str, Any]:
+    """q, k, v of dtype ``dq``, scores of ``ds``, a softmax in ``dm`` (both default to ``dq``)."""
+    ds = ds or dq
     b, h, s, d = 1, int(rng.integers(1, 3)), int(rng.integers(2, 7)), int(rng.integers(1, 5))
     mask = rng.choice([(b, 1, 1, s), (b, h, s, s), (1, 1, s, s)])
     scores = (b, h, s, s)
     return {
-        "q": TensorType((b, h, s, d), F32),
-        "k": TensorType((b, h, s, d), F32),
-        "v": TensorType((b, h, s, d), F32),
-        "b": TensorType(tuple(int(x) for x in mask), F32),
+        "q": TensorType((b, h, s, d), dq),
+        "k": TensorType((b, h, s, d), dq),
+        "v": TensorType((b, h, s, d), dq),
+        "b": TensorType(tuple(int(x) for x in mask), ds),
         "m": TensorType(scores, "bool"),
         "c": float(rng.uniform(0.1, 1.0)),
         "f": float(rng.choice([-1e9, float(np.finfo(np.float32).min), -np.inf])),
@@ -131,18 +137,35 @@ def _example(rng: Any) -> dict[str, Any]:
         "s": (s, s),
         "s2": (1, s, s),
         "a": 3,
-        "dq": F32,
-        "ds": F32,
+        "dq": dq,
+        "ds": ds,
+        "dm": dm or ds,
         "d": "int32",
         "z": int(rng.integers(0, 2)),
     }
 
 
+# Every precision the attention ops keep apart, (q's, the scores', the softmax's dtype): as written
+# in half precision, with float32 scores, a float32 softmax or both; float64 with a float32 softmax.
+PRECISION_CASES = tuple(
+    {"dq": q, "ds": s, "dm": m}
+    for q, s, m in (
+        *((half, half, half) for half in ("float16", "bfloat16")),
+        *((half, half, F32) for half in ("float16", "bfloat16")),
+        *((half, F32, F32) for half in ("float16", "bfloat16")),
+        ("bfloat16", F32, "bfloat16"),
+        ("float64", "float64", "float64"),
+        ("float64", "float64", F32),
+    )
+)
+
+HALF_CASES = tuple(case for case in PRECISION_CASES if {case["ds"], case["dm"]} & {"float16", "bfloat16"})
+
 RULES = [
     Rule(
         "attention-fuse",
         "softmax(where(mask, q kᵀ·c + bias, fill)) v is one attention op (each of bias, mask and scale "
-        "optional; the softmax in q's dtype or float32)",
+        "optional; the scores and the softmax in the dtypes the program rounds them to)",
         tuple(
             _fuse(s, bias, scale, masked, mask, fill, precision)
             for (s, bias, scale), precision in product(_SCORES, range(len(_PRECISIONS)))
@@ -150,6 +173,7 @@ RULES = [
         ),
         _example,
         exact=False,
+        cases=PRECISION_CASES,
     ),
     Rule(
         "attention-causal",
@@ -167,7 +191,7 @@ RULES = [
         "attention broadcasts its bias and mask to the scores: an explicit expand, or a reshape adding "
         "leading 1s, of either is unneeded",
         tuple(
-            Variant(f"({op} q k v {lhs} c f z)", f"({op} q k v {rhs} c f z)", when)
+            Variant(f"({op} q k v {lhs} c f z ds dm)", f"({op} q k v {rhs} c f z ds dm)", when)
             for op in ("Attention", "FlashAttention")
             for lhs, rhs, when in _BROADCASTS
         ),
@@ -177,10 +201,32 @@ RULES = [
         "attention-is-flash",
         "attention = flash_attention: the same softmax in stats form, streamed over key blocks",
         (
-            Variant("(Attention q k v b m c f z)", "(FlashAttention q k v b m c f z)"),
-            Variant("(FlashAttention q k v b m c f z)", "(Attention q k v b m c f z)"),
+            Variant("(Attention q k v b m c f z ds dm)", "(FlashAttention q k v b m c f z ds dm)"),
+            Variant("(FlashAttention q k v b m c f z ds dm)", "(Attention q k v b m c f z ds dm)"),
         ),
         _example,
         exact=False,
+        cases=PRECISION_CASES,
+    ),
+    Rule(
+        "attention-float32-softmax",
+        "half-precision scores and softmax computed in float32 instead (more precise than the program: "
+        "off by default; outputs move by up to a few half-precision ulps, by O(1) where scores are large)",
+        (
+            Variant(
+                "(Attention q k v b m c f z ds dm)",
+                f'(Attention q k v b m c f z "{F32}" "{F32}")',
+                ("(half-float ds)", '(!= dm "float64")'),
+            ),
+            Variant(
+                "(Attention q k v b m c f z ds dm)",
+                f'(Attention q k v b m c f z "{F32}" "{F32}")',
+                (f'(= ds "{F32}")', "(half-float dm)"),
+            ),
+        ),
+        functools.partial(_example, dq="bfloat16"),
+        exact=False,
+        default=False,
+        cases=HALF_CASES,
     ),
 ]

@@ -17,7 +17,9 @@ from eqsat.ir import TensorType
 from eqsat.ops import OPS
 from eqsat.shapes import MAX_RANK
 
-Example = Callable[[Any], dict[str, Any]]
+# ``example(rng, **case)``: bindings for a rule's variables; a case (one of ``Rule.cases``) picks what
+# the random example may not reach, such as one combination of the dtypes a rule keeps apart.
+Example = Callable[..., dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class Rule:
 
     ``default``: on in ``optimize`` unless rules are chosen. Axioms that only grow the e-graph for
     proofs (commutativity, associativity) are off; ``select(["all"])`` and ``equivalent`` use them.
+
+    ``cases``: keyword arguments of ``example``, each checked too (``check_rule(rule, case=...)``):
+    e.g. every combination of the intermediate dtypes a fused op keeps, in half precision and float64.
     """
 
     name: str
@@ -75,6 +80,7 @@ class Rule:
     prelude: tuple[str, ...] = ()
     exact: bool = True
     default: bool = True
+    cases: tuple[dict[str, Any], ...] = field(default=(), compare=False)
 
     def egglog(self, ruleset: str) -> list[str]:
         many = len(self.variants) > 1

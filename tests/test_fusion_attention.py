@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import eqsat
-from eqsat import Builder, Limits, ops
+from eqsat import Builder, Limits, ops, verify
 from eqsat.lowering import lower
 from eqsat.lowering.attention import flash_attention, naive_attention
 from eqsat.verify import validate
@@ -162,6 +162,7 @@ def flash_path(request, monkeypatch):
 
 
 NO_BIAS, KEEP_ALL = np.zeros((), np.float32), np.ones((), bool)
+F32_SOFTMAX = {"scores_dtype": "float32", "softmax_dtype": "float32"}  # the op's default for f32 and half q
 
 
 def _flash(q, k, v, bias=NO_BIAS, mask=KEEP_ALL, scale=0.125, **masking):
@@ -169,13 +170,13 @@ def _flash(q, k, v, bias=NO_BIAS, mask=KEEP_ALL, scale=0.125, **masking):
     bias and mask are closed over: numpy ones (NO_BIAS, KEEP_ALL) stay known to the lowering."""
     streams = ops.flash_blocks(prod(q.shape[:-2]), q.shape[-2], k.shape[-2])[3] > 1
     assert streams == (ops.FLASH_SCORES_BUDGET == 0 and k.shape[-2] > ops.FLASH_BLOCK_K)
-    masking = {"fill": -np.inf, "causal": 0, **masking}
+    masking = {"fill": -np.inf, "causal": 0, **F32_SOFTMAX, **masking}
     return jax.jit(lambda q, k, v: flash_attention(q, k, v, bias, mask, scale=scale, **masking))(q, k, v)
 
 
 def _compare(q, k, v, bias=NO_BIAS, mask=KEEP_ALL, rtol=1e-5, **masking):
     """flash (on the test's path) against naive attention in float32, NaNs included."""
-    masking = {"fill": -np.inf, "causal": 0, **masking}
+    masking = {"fill": -np.inf, "causal": 0, **F32_SOFTMAX, **masking}
     f32 = (t.astype(jnp.float32) for t in (q, k, v))
     want = naive_attention(*f32, bias, mask, scale=0.125, **masking)
     got = _flash(q, k, v, bias, mask, **masking)
@@ -233,7 +234,7 @@ def test_flash_large_logits_stay_finite_and_as_accurate_as_naive(flash_path):
     want = (p / p.sum(axis=-1, keepdims=True)) @ v
     args = (*(jnp.asarray(t, jnp.float32) for t in (q, k, v)), jnp.zeros((2, 1, 1, 1100)))
     got = np.asarray(_flash(*args, scale=1.0))
-    naive = naive_attention(*args, KEEP_ALL, scale=1.0, fill=-np.inf, causal=0)
+    naive = naive_attention(*args, KEEP_ALL, scale=1.0, fill=-np.inf, causal=0, **F32_SOFTMAX)
     assert np.isfinite(got).all()
     assert np.abs(got - want).max() <= 2 * np.abs(np.asarray(naive) - want).max()
 
@@ -288,7 +289,7 @@ def test_flash_gradients_match_naive(case, flash_path):
     q, _, _ = _qkv(spec["q"])
     _, k, v = _qkv(spec.get("kv", spec["q"]))
     bias = jnp.asarray(RNG.normal(size=spec["bias"]), jnp.float32) if "bias" in spec else NO_BIAS
-    masking = {"fill": spec.get("fill", -np.inf), "causal": spec.get("causal", 0)}
+    masking = {"fill": spec.get("fill", -np.inf), "causal": spec.get("causal", 0), **F32_SOFTMAX}
     mask = KEEP_ALL
     if "mask" in spec:  # the diagonal kept with a -inf fill (an empty row is NaN), row 3 emptied else
         keep = RNG.random(spec["mask"]) < 0.8
@@ -315,10 +316,96 @@ def test_flash_gradients_of_half_precision_accumulate_in_float32(dtype, flash_pa
 
     def grads(attention, args):
         def f(q, k, v):
-            return jnp.sum(attention(q, k, v, NO_BIAS, KEEP_ALL, scale=0.125, fill=-np.inf, causal=1))
+            return jnp.sum(
+                attention(q, k, v, NO_BIAS, KEEP_ALL, scale=0.125, fill=-np.inf, causal=1, **F32_SOFTMAX)
+            )
 
         return jax.jit(jax.grad(f, argnums=(0, 1, 2)))(*args)
 
     for w, g in zip(grads(naive_attention, f32), grads(flash_attention, (q, k, v)), strict=True):
         assert g.dtype == dtype
         np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w), rtol=5e-2, atol=5e-2)
+
+
+# ---- the program's own roundings ---------------------------------------------------------------------
+
+
+def _half_scores(q, k, v):
+    """The product, its scaling and the softmax in q's (half) dtype, as written."""
+    return jax.nn.softmax((q @ k.T) * 0.5, axis=-1) @ v
+
+
+def _float32_softmax(q, k, v):
+    """q kᵀ rounded to bfloat16, a float32 softmax whose probabilities are cast back to bfloat16."""
+    p = jax.nn.softmax((q @ k.T).astype(jnp.float32), axis=-1).astype(q.dtype)
+    return (p @ v).astype(jnp.float32)
+
+
+# (program, q's dtype, data spread, relative error the unfused program tolerates against itself)
+ROUNDINGS = [
+    (_half_scores, "bfloat16", 30.0, 6e-2),
+    (_half_scores, "float16", 8.0, 2e-2),
+    (_float32_softmax, "bfloat16", 30.0, 6e-2),
+    (_float32_softmax, "float64", 1.0, 1e-9),
+]
+
+
+@pytest.mark.parametrize(("fn", "dtype", "spread", "tol"), ROUNDINGS, ids=lambda p: getattr(p, "__name__", p))
+@pytest.mark.parametrize("op", sorted(ATTENTION_OPS))
+def test_attention_keeps_the_programs_roundings(fn, dtype, spread, tol, op):
+    """Large scores in half precision (a bfloat16 ulp of 8 near 1e3), a float32 softmax inside float64
+    code: the fused op rounds where the program does, so both lowerings match it (before, the scores
+    were kept in float32 and outputs moved by O(1)). Half-precision programs are run op by op, each op
+    rounding its result as written (jax.jit may keep excess precision across a bfloat16 round trip);
+    the float64 one by jax.jit (op by op, its float32 softmax would round differently)."""
+    rng = np.random.default_rng(2)
+    with jax.enable_x64(dtype == "float64"):
+        q, k = (jnp.asarray(rng.normal(size=(4, 4)) * spread, dtype) for _ in range(2))
+        v = jnp.asarray(rng.normal(size=(4, 2)), dtype)
+        original = eqsat.from_jax(fn, q, k, v)
+        program = eqsat.optimize(original, cost="roofline:cpu").program
+        (fused,) = [o for o in program.live_ops() if o.name in ATTENTION_OPS]
+        fused.name = op
+        reference = jax.jit(fn) if dtype == "float64" else lambda *a: lower(original)(*a)[0]
+        want = np.asarray(reference(q, k, v), np.float64)
+        (got,) = jax.jit(lower(program))(q, k, v)
+    # flash computes the softmax blockwise: within a rounding of the narrowest dtype on the path
+    bound = tol if op == "attention" else max(tol, 1e-5)
+    assert np.abs(np.asarray(got, np.float64) - want).max() <= bound * np.abs(want).max()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_flash_gradients_keep_half_precision_scores(dtype):
+    """The blocked backward pass recomputes the probabilities from the scores as the program rounds
+    them. Against float64 gradients of the program whose scores are rounded as it rounds them, flash
+    is within the dtype's rounding tolerance, or closer than autodiff through the naive lowering (which
+    also rounds the softmax's backward pass in half precision) at scores near 1e3."""
+    rng = np.random.default_rng(5)
+    q, k = (jnp.asarray(rng.normal(size=(1, 2, 64, 8)) * 8, dtype) for _ in range(2))
+    v = jnp.asarray(rng.normal(size=(1, 2, 64, 8)), dtype)
+    attrs = {"scale": 0.5, "fill": -np.inf, "causal": 1, "scores_dtype": dtype, "softmax_dtype": dtype}
+
+    def grads(attention):
+        def loss(q, k, v):
+            return jnp.sum(attention(q, k, v, NO_BIAS, KEEP_ALL, **attrs).astype(jnp.float32) ** 2)
+
+        return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+
+    def reference(q, k, v):
+        exact = jnp.einsum("...qd,...kd->...qk", q, k) * 0.5
+        rounded = (jnp.einsum("...qd,...kd->...qk", *(t.astype(dtype) for t in (q, k))) * 0.5).astype(
+            exact.dtype
+        )
+        s = exact + jax.lax.stop_gradient(rounded - exact)  # the program's rounding, differentiated through
+        rows = jnp.arange(s.shape[-1])
+        s = jnp.where(rows[:, None] >= rows[None, :], s, -jnp.inf)
+        return jnp.sum((jax.nn.softmax(s, axis=-1) @ v) ** 2)
+
+    with jax.enable_x64(True):
+        want = jax.grad(reference, argnums=(0, 1, 2))(*(t.astype(jnp.float64) for t in (q, k, v)))
+    for w, naive, flash in zip(want, grads(naive_attention), grads(flash_attention), strict=True):
+        w = np.asarray(w)
+        naive_error, flash_error = (
+            np.abs(np.asarray(g, np.float64) - w).max() / np.abs(w).max() for g in (naive, flash)
+        )
+        assert flash_error <= max(naive_error, verify.tolerance(dtype))

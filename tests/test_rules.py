@@ -57,3 +57,13 @@ def test_select_by_theme_and_name():
     assert [r.name for r in select(["reshape-compose"])] == ["reshape-compose"]
     with pytest.raises(KeyError, match="unknown rule"):
         select(["nope"])
+
+
+CASES = [(r, i) for r in ALL_RULES for i in range(len(r.cases))]
+
+
+@pytest.mark.parametrize(("rule", "case"), CASES, ids=[f"{r.name}-{i}" for r, i in CASES])
+def test_rule_is_sound_in_every_case_it_lists(rule, case):
+    """Rules that keep intermediate dtypes apart (attention's scores and softmax) are checked in each
+    combination, half precision and float64 included."""
+    assert check_rule(rule, seed=4, case=rule.cases[case]).compared >= 1
