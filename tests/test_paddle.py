@@ -179,3 +179,53 @@ def test_more_paddle_ops_have_their_meanings():
     want += [np.argmax(x, 1), np.stack([x, leaky], 1).reshape(4, 12), np.sin(x)]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+NETS = DUMPS.parent.parent / "paddle_nets"
+
+
+def test_dropout_downscale_in_infer_scales_by_one_minus_p():
+    """paddle.vision's squeezenet/alexnet/googlenet dropout: at inference ``downgrade_in_infer`` multiplies
+    by 1 - p (it was read as the identity: outputs 2x off at p = 0.5). Against Paddle's own outputs."""
+    ref = np.load(NETS / "mini_dropout_downscale.npz")
+    program = eqsat.load(
+        NETS / "mini_dropout_downscale_fix.json", params=NETS / "mini_dropout_downscale_fix.pdiparams"
+    )
+    assert "scale" in program.op_counts()
+    for result in (eqsat.optimize(program, rules=[]), eqsat.optimize(program)):
+        (out,) = result.fn(ref["in_x"])
+        np.testing.assert_allclose(np.asarray(out), ref["out_0"], rtol=1e-5, atol=1e-6)
+
+
+DROPOUT = "\n".join(
+    [
+        "{{",
+        ' (%0) = "pd_op.data" () {{dtype:float32,name:"x",place:Place(cpu),shape:[2,3],stop_gradient:[true]}}'
+        " : () -> tensor<2x3xf32>",
+        " (%1) = {p}",
+        ' (%2, %3) = "pd_op.dropout" (%0, <<NULL VALUE>>, %1) {{fix_seed:false,is_test:{test},mode:"{mode}",'
+        "seed:0}} : (tensor<2x3xf32>, <<NULL TYPE>>, tensor<1xf32>) -> tensor<2x3xf32>, tensor<2x3xu8>",
+        ' () = "pd_op.fetch" (%2) {{col:0,name:"out"}} : (tensor<2x3xf32>) -> tensor<2x3xf32>',
+        "}}",
+    ]
+)
+CONSTANT_P = '"pd_op.full" () {dtype:float32,place:Place(cpu),shape:[1],value:0.25} : () -> tensor<1xf32>'
+FED_P = (
+    '"pd_op.data" () {dtype:float32,name:"p",place:Place(cpu),shape:[1],stop_gradient:[true]}'
+    " : () -> tensor<1xf32>"
+)
+
+
+@pytest.mark.parametrize(("mode", "factor"), [("upscale_in_train", 1.0), ("downgrade_in_infer", 0.75)])
+@pytest.mark.parametrize("p", [CONSTANT_P, FED_P], ids=["constant-p", "fed-p"])
+def test_dropout_at_inference_by_mode(mode, factor, p):
+    program = eqsat.parse_pir(DROPOUT.format(p=p, test="true", mode=mode))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    args = [x, np.full((1,), 0.25, np.float32)][: len(program.inputs)]
+    (out,) = eqsat.optimize(program).fn(*args)
+    np.testing.assert_allclose(np.asarray(out), x * factor)
+
+
+def test_an_unknown_dropout_mode_is_a_parse_error():
+    with pytest.raises(ParseError, match=r"line 4: .*dropout: unknown dropout mode 'sideways'"):
+        eqsat.parse_pir(DROPOUT.format(p=CONSTANT_P, test="true", mode="sideways"))

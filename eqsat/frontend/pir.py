@@ -354,14 +354,42 @@ def _gelu(r: _Reader, line: Line) -> list[Value | list[Value]]:
     return _opaque(r, replace(line, name="pd_op.gelu"))
 
 
+# Paddle's dropout modes at inference: ``upscale_in_train`` leaves x as it is (training scaled by
+# 1/(1-p)); ``downgrade_in_infer`` (``downscale_in_infer`` in paddle.nn) multiplies it by 1 - p.
+_DROPOUT_MODES = {"upscale_in_train": False, "downgrade_in_infer": True, "downscale_in_infer": True}
+
+
 def _dropout(r: _Reader, line: Line) -> list[Value | list[Value]]:
-    """At inference (``is_test:true``) dropout is the identity; its mask result may not be read."""
+    """At inference (``is_test:true``) dropout is the identity or, in ``downgrade_in_infer`` mode, a
+    scaling by 1 - p (p: the third operand); its mask result may not be read."""
     if not _flag(line, "is_test", False):
         return _opaque(r, line)
+    mode = line.attrs.get("mode", "upscale_in_train")
+    if mode not in _DROPOUT_MODES:
+        raise ParseError(
+            f"unknown dropout mode {mode!r} (known: {', '.join(_DROPOUT_MODES)})",
+            line=line.number,
+            op=line.name,
+        )
     x = r.tensor(line, line.operands[0])
+    out = _downscaled(r, line, x) if _DROPOUT_MODES[str(mode)] else x
     mask = Value(TensorType(x.type.shape, "uint8"))
     r.dynamic.add(id(mask))
-    return [x, mask][: len(line.results)]
+    return [out, mask][: len(line.results)]
+
+
+def _downscaled(r: _Reader, line: Line, x: Value) -> Value:
+    """``x * (1 - p)``: a ``scale`` for a constant p, else computed from the p tensor."""
+    if len(line.operands) < 3 or line.operands[2] == NULL_VALUE:
+        raise ParseError(
+            "downgrade_in_infer dropout needs its probability operand p", line=line.number, op=line.name
+        )
+    p = r.tensor(line, line.operands[2])
+    const = r.consts.get(id(p))
+    if const is not None and const.size == 1:
+        return r.add(line, "scale", [x], scale=1.0 - float(const.ravel()[0]))
+    keep = r.add(line, "scale", [r.add(line, "cast", [p], dtype=x.type.dtype)], scale=-1.0, bias=1.0)
+    return r.add(line, "mul", [x, keep])
 
 
 def _reduction(op: str) -> Handler:
