@@ -72,6 +72,24 @@ def test_every_rule_declares_exactness_and_exact_only_is_selectable():
     assert not set(result.report.rules_fired) & inexact
 
 
+def test_special_values_only_the_exact_rules_keep():
+    """The exactness policy on ``(x @ a) @ b`` with an inf in x (NaN as written, -inf reassociated by
+    default: the inexact rules assume finite inputs, as fast-math does); ``rules=["exact"]`` keeps every
+    special value bit for bit."""
+    rng = np.random.default_rng(0)
+    x, a, b = (rng.normal(size=shape).astype(np.float32) for shape in ((2, 64), (64, 64), (64, 1)))
+    x[0, 0] = np.inf
+    chain = lambda x, a, b: (x @ a) @ b  # noqa: E731
+    want = np.asarray(jax.jit(chain)(x, a, b))
+    assert np.isnan(want[0, 0]) and np.isfinite(want[1]).all()
+    _same(chain, x, a, b, rules=["exact"])
+    result = eqsat.optimize(eqsat.from_jax(chain, x, a, b))
+    assert "matmul-assoc" in result.report.rules_fired
+    (got,) = result.fn(x, a, b)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)  # finite results stay finite and close
+    assert np.isneginf(got[0, 0])  # a special value changed
+
+
 def test_stats_rescale_keeps_masked_and_infinite_rows():
     def f(x, c):
         m = jnp.max(x, axis=-1, keepdims=True)
