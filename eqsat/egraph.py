@@ -11,6 +11,7 @@ tensors of different shapes fails loudly instead of miscompiling.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +27,12 @@ from eqsat.shapes import MAX_RANK, Broadcast, Matmul, Permute
 
 ANALYSIS = "analysis"
 REWRITES = "rewrites"
+# egglog's Rust core logs every command at INFO through Python's logging: where another library (Paddle)
+# has set the root logger to INFO, that is megabytes of stderr. Its loggers stay at WARNING unless the
+# user set a level of their own.
+for _name in ("egglog", "egglog_bridge", "egglog_experimental"):
+    if logging.getLogger(_name).level == logging.NOTSET:
+        logging.getLogger(_name).setLevel(logging.WARNING)
 _RANK_RULES = (Broadcast, Matmul, Permute)
 
 

@@ -14,6 +14,7 @@ from eqsat.errors import ParseError
 
 AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...]
 NULL_VALUE = "<<NULL VALUE>>"  # PIR's absent optional operand
+NULL_TYPE = "<<NULL TYPE>>"  # the type of an absent result (an optional output the op does not produce)
 DYNAMIC = -1  # PIR's dynamic dimension
 
 _LINE = re.compile(

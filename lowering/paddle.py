@@ -236,16 +236,17 @@ def _rms_norm(
     **_: Any,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``pd_op.rms_norm(x, bias, residual, norm_weight, norm_bias)``: x (+ bias + residual) divided by
-    its root mean square over the dims from ``begin_norm_axis``, times the weight (+ norm bias); also
-    the sum and the inverse RMS (flattened)."""
+    its root mean square over the dims from ``begin_norm_axis``, times the weight (+ norm bias), both
+    of those dims' size; also the sum and the inverse RMS (flattened)."""
     bias, residual, weight, norm_bias = _optional(tensors, operands, 1, 4)
     total = x if bias is None else x + bias
     total = total if residual is None else total + residual
     axes = tuple(range(begin_norm_axis, x.ndim))
     inv = jax.lax.rsqrt(jnp.mean(jnp.square(total), axis=axes, keepdims=True) + jnp.asarray(epsilon, x.dtype))
     out = total * inv
-    out = out if weight is None else out * weight
-    out = out if norm_bias is None else out + norm_bias
+    normalized = x.shape[begin_norm_axis:]  # weight and norm bias hold the normalized dims flattened
+    out = out if weight is None else out * weight.reshape(normalized)
+    out = out if norm_bias is None else out + norm_bias.reshape(normalized)
     return out, total, inv.reshape(-1)
 
 
@@ -255,6 +256,7 @@ def _arange(start: Any, end: Any, step: Any, *, dtype: str, **_: Any) -> jax.Arr
 
 
 register_opaque("pd_op.rms_norm", _rms_norm)
+register_opaque("pd_op.fused_rms_norm_quant", _rms_norm)  # Paddle 3.3's name (fused_rms_norm) for it
 register_opaque("pd_op.arange", _arange)
 
 

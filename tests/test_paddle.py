@@ -229,3 +229,10 @@ def test_dropout_at_inference_by_mode(mode, factor, p):
 def test_an_unknown_dropout_mode_is_a_parse_error():
     with pytest.raises(ParseError, match=r"line 4: .*dropout: unknown dropout mode 'sideways'"):
         eqsat.parse_pir(DROPOUT.format(p=CONSTANT_P, test="true", mode="sideways"))
+
+
+def test_egglog_stays_quiet_when_another_library_sets_the_root_logger_to_info(caplog):
+    """``import paddle`` sets the root logger to INFO; egglog then logged every command (1 MB)."""
+    with caplog.at_level("INFO"):
+        eqsat.optimize(eqsat.parse_pir(DROPOUT.format(p=CONSTANT_P, test="true", mode="upscale_in_train")))
+    assert not [r for r in caplog.records if r.name.startswith("egglog")]

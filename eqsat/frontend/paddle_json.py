@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from eqsat.errors import ParseError
-from eqsat.text import NULL_VALUE, Line
+from eqsat.text import NULL_TYPE, NULL_VALUE, Line
 
 _DIALECTS = {"0": "builtin", "1": "pd_op", "2": "cf", "3": "onednn_op"}
 _TYPE_DTYPES = {
@@ -33,6 +33,8 @@ _TYPE_DTYPES = {
 
 def _type(t: dict[str, Any]) -> str:
     kind = t["#"].split(".", 1)[-1]
+    if kind == "NULL":
+        return NULL_TYPE
     if kind == "t_vec":
         return "vec[" + ",".join(_type(x) for x in t["D"]) + "]"
     if kind != "t_dtensor":

@@ -31,7 +31,16 @@ from eqsat.frontend.paddle_params import Params, bind_params
 from eqsat.ir import Op, Program, TensorType, Value
 from eqsat.ops import OPAQUE
 from eqsat.shapes import CONV_AXES
-from eqsat.text import DYNAMIC, NULL_VALUE, Line, parse_line, parse_tensor_type, program_lines, split_top
+from eqsat.text import (
+    DYNAMIC,
+    NULL_TYPE,
+    NULL_VALUE,
+    Line,
+    parse_line,
+    parse_tensor_type,
+    program_lines,
+    split_top,
+)
 
 _UNARY = {
     "pd.relu": "relu",
@@ -691,6 +700,10 @@ def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
     for text in line.out_types:
         group = []
         for t in _types(line, text):
+            if t.strip() == NULL_TYPE:  # an absent result: a placeholder nothing may read
+                group.append(Value(TensorType((), "uint8")))
+                r.dynamic.add(id(group[-1]))
+                continue
             shape, dtype = _parse_type(line, t)
             known = inferred.pop(0) if inferred else None
             if DYNAMIC in shape and known is not None and len(known) == len(shape):
@@ -804,7 +817,7 @@ def _check_declared(line: Line, results: list[Value | list[Value]]) -> None:
     if line.name in ("pd.full_int_array", "builtin.combine", "builtin.split"):
         return
     for name, got, text in zip(line.results, results, line.out_types, strict=False):
-        if isinstance(got, list):
+        if isinstance(got, list) or text.strip() == NULL_TYPE:
             continue
         shape, dtype = _parse_type(line, text)
         dims = zip(shape, got.type.shape, strict=False)
