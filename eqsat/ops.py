@@ -68,10 +68,10 @@ def flash_blocks(rows: int, queries: int, keys: int) -> tuple[int, int, int, int
     """(query block, key block, query blocks, key blocks) of the flash lowering for ``rows`` (batch ×
     heads) of these lengths: all keys in one block when that block's scores fit the budget, else
     blocks streamed by the online softmax."""
-    bq = min(FLASH_EXACT_BLOCK_Q, queries)
+    bq = max(1, min(FLASH_EXACT_BLOCK_Q, queries))
     if 4 * rows * bq * keys <= FLASH_SCORES_BUDGET:
-        return bq, keys, -(-queries // bq), 1
-    bq, bk = min(FLASH_BLOCK_Q, queries), min(FLASH_BLOCK_K, keys)
+        return bq, max(1, keys), -(-queries // bq), 1
+    bq, bk = max(1, min(FLASH_BLOCK_Q, queries)), max(1, min(FLASH_BLOCK_K, keys))
     return bq, bk, -(-queries // bq), -(-keys // bk)
 
 
@@ -146,7 +146,7 @@ def _flash_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> li
     steps = sum(flash_key_blocks(i, bq, bk, nk, bool(attrs.get("causal"))) for i in range(nq))
     state = 4.0 * rows * bq * (v[-1] + 2)
     io = sum(t.nbytes for t in ins) + out.nbytes
-    flops = _attention_flops(ins, out, attrs) / (nq * nk)
+    flops = _attention_flops(ins, out, attrs) / max(nq * nk, 1)
     return [Kernel(flops, io / nk + 2 * state, True)] * steps
 
 

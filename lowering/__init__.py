@@ -10,7 +10,7 @@ import numpy as np
 
 from eqsat.errors import UnsupportedError
 from eqsat.ir import Op, Program
-from eqsat.ops import OPAQUE
+from eqsat.ops import FLOAT_DTYPES, OPAQUE
 
 Lowering = Callable[..., Any]
 LOWERINGS: dict[str, Lowering] = {}
@@ -58,11 +58,42 @@ def _run_opaque(op: Op, args: list[Any]) -> tuple[Any, ...]:
     return tuple(outs) if isinstance(outs, tuple | list) else (outs,)
 
 
+def _run(op: Op, args: list[Any]) -> tuple[Any, ...]:
+    return _run_opaque(op, args) if op.name == OPAQUE else (LOWERINGS[op.name](*args, **op.attrs),)
+
+
+def _run_wide(op: Op, args: list[Any]) -> tuple[Any, ...]:
+    """``op`` computed in float64 from its operands, its result rounded once to its declared dtype
+    (opaque ops run as they are)."""
+    if op.name == OPAQUE:
+        return _run(op, args)
+    wide = [
+        a.astype(np.float64) if np.dtype(a.dtype).name in FLOAT_DTYPES else a for a in map(np.asarray, args)
+    ]
+    attrs = {k: "float64" if isinstance(v, str) and v in FLOAT_DTYPES else v for k, v in op.attrs.items()}
+    out = np.asarray(LOWERINGS[op.name](*wide, **attrs))
+    return (out.astype(jax.numpy.dtype(op.outputs[0].type.dtype)),)
+
+
+def reference(program: Program) -> Callable[..., tuple[np.ndarray, ...]]:
+    """The program as it reads: like :func:`lower`, but op by op, each op computed in float64 and its
+    result rounded to its declared dtype — the roundings the program writes and no others (no excess
+    precision, no contraction into fused multiply-adds, sums accumulated in float64). The oracle that
+    ``eqsat.verify`` and the fuzzers measure jax.jit and eqsat against; runs under ``jax_enable_x64``."""
+    return _lowered(program, _run_wide, x64=True)
+
+
 def lower(program: Program) -> Callable[..., tuple[jax.Array, ...]]:
     """A pure function ``fn(*inputs) -> tuple(outputs)``; parameters are bound from ``param_values``.
 
     Parameters without a value become trailing arguments, in ``program.params`` order.
     """
+    return _lowered(program, _run)
+
+
+def _lowered(
+    program: Program, run: Callable[[Op, list[Any]], tuple[Any, ...]], x64: bool = False
+) -> Callable[..., tuple[Any, ...]]:
     from . import attention, jax_ops, paddle  # noqa: F401  (register the lowerings)
 
     ops = program.live_ops()
@@ -73,16 +104,22 @@ def lower(program: Program) -> Callable[..., tuple[jax.Array, ...]]:
     }
     free = [p for p in program.params if id(p) not in bound]
 
-    def fn(*args: Any) -> tuple[jax.Array, ...]:
+    def fn(*args: Any) -> tuple[Any, ...]:
         expected = len(program.inputs) + len(free)
         if len(args) != expected:
             raise TypeError(f"expected {expected} arguments (inputs then unbound params), got {len(args)}")
         env: dict[int, Any] = dict(bound)
         env.update({id(v): a for v, a in zip([*program.inputs, *free], args, strict=True)})
         for op in ops:
-            ins = [env[id(v)] for v in op.inputs]
-            outs = _run_opaque(op, ins) if op.name == OPAQUE else (LOWERINGS[op.name](*ins, **op.attrs),)
+            outs = run(op, [env[id(v)] for v in op.inputs])
             env.update({id(v): o for v, o in zip(op.outputs, outs, strict=True)})
         return tuple(env[id(v)] for v in program.outputs)
 
-    return fn
+    if not x64:
+        return fn
+
+    def wide(*args: Any) -> tuple[Any, ...]:
+        with jax.enable_x64(True):
+            return fn(*args)
+
+    return wide

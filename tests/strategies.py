@@ -6,7 +6,8 @@ including ±0.0, -inf masks and fully masked softmax rows, integer division and 
 accumulating in a wider type, shared subterms and several outputs. ``deep_program(n)``: a chain of
 ``n`` ops. ``jax_functions(family)``: random JAX functions as users write them (Python scalars are
 weakly typed, ``//``, ``%``, ``x.sum(dtype=...)``, ``preferred_element_type``, ``jnp.where`` masks,
-``jax.nn.softmax``) with arguments, to run through ``eqsat.jit`` and ``jax.jit`` side by side.
+``jax.nn.softmax``, casts around a softmax, attention with large scores, matmul chains that special
+values reach) with arguments, to run through ``eqsat.jit`` and ``jax.jit`` side by side.
 """
 
 from __future__ import annotations
@@ -231,6 +232,17 @@ def _partner(env: list[Any]) -> Any:
         return env[-1]
 
 
+def _attention(x: Any, scale: float, softmax_dtype: Any) -> Any:
+    """softmax(x xᵀ·scale) x over the last two axes, the softmax in x's dtype or in ``softmax_dtype``
+    (its probabilities cast back), as attention is written in half precision."""
+    if x.ndim < 2:
+        return x
+    scores = (x @ jnp.swapaxes(x, -1, -2)) * scale
+    if softmax_dtype is None:
+        return jax.nn.softmax(scores, axis=-1) @ x
+    return jax.nn.softmax(scores.astype(softmax_dtype), axis=-1).astype(x.dtype) @ x
+
+
 def _float_steps(draw: Draw, dtype: str) -> _Named:
     c = draw(st.sampled_from([2.0, 0.5, 3.0, -1.5, 0.0, -0.0, 1e-3]))
     axis = draw(st.integers(-1, 0))
@@ -257,6 +269,10 @@ def _float_steps(draw: Draw, dtype: str) -> _Named:
         ),
         "matmul_chain": lambda e: (e[-1] @ jnp.swapaxes(e[-1], -1, -2)) @ e[-1] if e[-1].ndim >= 2 else e[-1],
         "astype": lambda e: e[-1].astype(jnp.float32).astype(dtype),
+        "spread": lambda e: e[-1] * 30.0,  # large scores: a half-precision ulp of 8 near 1e3
+        "softmax_f32": lambda e: jax.nn.softmax(e[-1].astype(jnp.float32), axis=axis).astype(dtype),
+        "attention": lambda e: _attention(e[-1], c, softmax_dtype=None),
+        "attention_f32_softmax": lambda e: _attention(e[-1], c, softmax_dtype=jnp.float32),
     }
     name = draw(st.sampled_from(sorted(steps)))
     return _Named(f"{name}(c={c}, axis={axis})", steps[name])

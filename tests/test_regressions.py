@@ -90,6 +90,14 @@ def test_special_values_only_the_exact_rules_keep():
     assert np.isneginf(got[0, 0])  # a special value changed
 
 
+@pytest.mark.parametrize("shape", [(0, 0), (0, 3), (3, 0)])
+def test_attention_over_empty_sequences_and_heads(shape):
+    """Found by the fuzzer: an attention with no queries, keys or head dims divided by zero in the
+    cost model's flash blocking."""
+    x = jnp.ones(shape, jnp.float32)
+    _same(lambda x: jax.nn.softmax((x @ x.T) * 2.0, axis=-1) @ x, x, cost="roofline:cpu")
+
+
 def test_stats_rescale_keeps_masked_and_infinite_rows():
     def f(x, c):
         m = jnp.max(x, axis=-1, keepdims=True)
