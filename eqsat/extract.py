@@ -10,6 +10,8 @@ of roots that share nothing to choose), solved by HiGHS with a time limit and a 
 from __future__ import annotations
 
 import math
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -247,12 +249,26 @@ class _Solvers(threading.local):
 _SOLVERS = _Solvers()
 
 
+def _silently(make: Callable[[], Any]) -> Any:
+    """``make()`` with the process's stdout closed: HiGHS prints its banner from C when it starts,
+    before any option can silence it."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            return make()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _solver() -> Any:
     """This thread's HiGHS solver, emptied (making one costs ~25 ms: highspy sets up its callbacks)."""
     import highspy
 
     if _SOLVERS.highs is None:
-        _SOLVERS.highs = highspy.Highs()
+        _SOLVERS.highs = _silently(highspy.Highs)
         _SOLVERS.highs.setOptionValue("output_flag", False)
     _SOLVERS.highs.clearModel()
     return _SOLVERS.highs

@@ -4,7 +4,9 @@ cost models, including the measured one."""
 from __future__ import annotations
 
 import itertools
+import threading
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -172,3 +174,13 @@ def test_ilp_relaxation_is_tight_between_fused_and_unfused_forms():
         solver.run()
         values[relaxed] = solver.getInfo().objective_function_value
     assert values[True] == pytest.approx(values[False], rel=1e-6)
+
+
+def test_the_ilp_prints_nothing(capfd):
+    """HiGHS prints a banner from C when a solver starts (before options can silence it): the user's
+    stdout stays clean. A new thread starts a new solver."""
+    program = eqsat.from_jax(lambda x: jnp.tanh(x @ x.T) @ x, jnp.ones((4, 4)))
+    worker = threading.Thread(target=lambda: eqsat.optimize(program, extractor="ilp"))
+    worker.start()
+    worker.join()
+    assert "HiGHS" not in capfd.readouterr().out
