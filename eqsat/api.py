@@ -96,6 +96,9 @@ class OptimizeResult:
         return jax.jit(lower(self.program))
 
 
+EXTRACTORS = ("auto", "greedy", "ilp", "egglog")
+
+
 def optimize(
     program: Program,
     rules: Iterable[Rule | str] | None = None,
@@ -112,6 +115,8 @@ def optimize(
     ``ilp`` (exact, HiGHS, warm-started from greedy, best found within ``limits.ilp_timeout_s``),
     ``auto`` (ILP up to 5000 e-nodes), or ``egglog`` (egglog's own tree extraction, as a reference).
     """
+    if extractor not in EXTRACTORS:
+        raise ValueError(f"unknown extractor {extractor!r} ({', '.join(EXTRACTORS)})")
     model = get_cost_model(cost)
     chosen = resolve(rules)
     limits = limits or Limits()
@@ -225,8 +230,6 @@ def _extract(
     graph: Serialized, enc: Encoding, program: Program, model: CostModel, extractor: str, ilp_timeout_s: float
 ) -> tuple[Program, str, float]:
     """The cheapest program under ``model`` among the extractors that apply, which one found it, its cost."""
-    if extractor not in ("auto", "greedy", "ilp"):
-        raise ValueError(f"unknown extractor {extractor!r} (auto, greedy, ilp, egglog)")
     constants = graph.constant_classes(enc, program.param_values)
     small = graph.num_nodes <= DAG_MAX_NODES
     warm = greedy_dag(graph, model, constants) if small else greedy_tree(graph, model, constants)

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 
 from eqsat.api import OptimizeResult, optimize
-from eqsat.cost import CostModel
+from eqsat.cost import CostModel, get_cost_model
 from eqsat.errors import UnsupportedError
 from eqsat.frontend.jax import trace
 from eqsat.lowering import lower
@@ -48,7 +48,7 @@ class Jitted:
         self.fn = fn
         chosen = resolve(rules)  # an unknown rule name fails here, at decoration
         prepare(chosen)  # the rules start installing now, in the background: decorators run early
-        self.options = {"rules": chosen, "cost": cost, "limits": limits}
+        self.options = {"rules": chosen, "cost": get_cost_model(cost), "limits": limits}  # fails here too
         self.verify = verify
         self.static_argnums, self.static_argnames = _static_args(fn, static_argnums, static_argnames)
         self.results: dict[Any, OptimizeResult] = {}

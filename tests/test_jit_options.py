@@ -129,3 +129,14 @@ def test_decorating_starts_installing_the_rules_and_rejects_unknown_rule_names()
     assert tuple(rules) not in saturate._INCOMING  # the first call took it
     with pytest.raises(KeyError, match="no-such-rule"):
         eqsat.jit(_mlp, rules=["no-such-rule"])
+
+
+def test_bad_options_fail_where_they_are_given():
+    """An unknown cost model fails at decoration, an unknown extractor before any saturation."""
+    with pytest.raises(KeyError, match="unknown cost model 'bogus'"):
+        eqsat.jit(lambda x: x * 2, cost="bogus")
+    iterations = []
+    program = eqsat.from_jax(lambda x: jnp.tanh(x) * 2, jnp.ones(3))
+    with pytest.raises(ValueError, match="unknown extractor 'bogus'"):
+        eqsat.optimize(program, extractor="bogus", progress=iterations.append)
+    assert iterations == []
