@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 import jax
+import numpy as np
 
 from eqsat.cost import CostModel, get_cost_model
 from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog
+from eqsat.errors import ShapeError
 from eqsat.extract import TIE_BREAK, greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import Iteration, Limits, SaturationReport, fresh_egraph, saturate
+from eqsat.text import DYNAMIC
 
 
 @dataclass
@@ -70,6 +73,7 @@ class OptimizeResult:
     report: Report
     egraph: Serialized | None = None
     outputs: list[str] = field(default_factory=list)  # the e-classes of the e-graph's outputs
+    options: dict[str, Any] = field(default_factory=dict, repr=False)  # optimize's, for specializations
 
     def show(
         self, what: str = "program", *, around: int | str | None = None, depth: int | None = None, **caps: int
@@ -91,9 +95,44 @@ class OptimizeResult:
 
     @cached_property
     def fn(self) -> Callable[..., Any]:
+        """The optimized program, jitted. Called with inputs of other sizes of the original's dynamic
+        dims, it optimizes the program specialized to them once per signature (as jax.jit traces once
+        per signature); an input of the wrong rank, dtype or fixed size is a ShapeError naming it."""
         from eqsat.lowering import lower
 
-        return jax.jit(lower(self.program))
+        run = jax.jit(lower(self.program))
+        specialized: dict[tuple[tuple[int, ...], ...], Callable[..., Any]] = {}
+
+        def fn(*args: Any) -> Any:
+            shapes = _input_shapes(self.original, args)
+            if shapes == tuple(v.type.shape for v in self.program.inputs):
+                return run(*args)
+            if shapes not in specialized:
+                bound = {v.name: s for v, s in zip(self.original.inputs, shapes, strict=True) if v.name}
+                assert self.original.specialize is not None  # _input_shapes checked the sizes otherwise
+                specialized[shapes] = optimize(self.original.specialize(bound), **self.options).fn
+            return specialized[shapes](*args)
+
+        return fn
+
+
+def _input_shapes(program: Program, args: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+    """The shapes of the arguments for ``program``'s inputs, checked: their rank and dtype, and the
+    size of every dim that is not dynamic, must be the input's."""
+    shapes = []
+    for value, arg in zip(program.inputs, args, strict=False):
+        shape, dtype = tuple(np.shape(arg)), jax.dtypes.canonicalize_dtype(np.result_type(arg)).name
+        declared = program.dynamic.get(value.name or "", value.type.shape)
+        fits = len(shape) == len(declared) and all(
+            d in (DYNAMIC, s) for d, s in zip(declared, shape, strict=True)
+        )
+        if not fits or dtype != value.type.dtype:
+            want = "x".join("?" if d == DYNAMIC else str(d) for d in declared) or "scalar"
+            raise ShapeError(
+                f"input {value.name!r} must be {want} of {value.type.dtype}, got {shape} of {dtype}"
+            )
+        shapes.append(shape)
+    return tuple(shapes)
 
 
 EXTRACTORS = ("auto", "greedy", "ilp", "egglog")
@@ -125,6 +164,13 @@ def optimize(
         result = _optimize_repeats(repeats, chosen, model, limits, progress, extractor)
     else:
         result = _optimize_whole(program, chosen, model, limits, progress, extractor)
+    result.options = {
+        "rules": chosen,
+        "cost": model,
+        "limits": limits,
+        "verify": verify,
+        "extractor": extractor,
+    }
     if verify and result.report.saturation.stop_reason != "error":
         from eqsat.verify import validate
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,7 +119,12 @@ class Op:
 
 @dataclass(eq=False)
 class Program:
-    """Inputs, named parameters (values kept in ``param_values``), ops in topological order, outputs."""
+    """Inputs, named parameters (values kept in ``param_values``), ops in topological order, outputs.
+
+    A program loaded with dynamic (-1) input dims left unbound holds one specialization (each such dim
+    ``DYNAMIC_DEFAULT``): ``dynamic`` has those inputs' declared shapes, and ``specialize(shapes)``
+    reads the program again with the inputs' dims bound by name.
+    """
 
     inputs: list[Value] = field(default_factory=list)
     params: list[Value] = field(default_factory=list)
@@ -127,6 +132,8 @@ class Program:
     outputs: list[Value] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     param_values: dict[str, np.ndarray] = field(default_factory=dict)
+    dynamic: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    specialize: Callable[[Mapping[str, Sequence[int]]], Program] | None = field(default=None, repr=False)
 
     def add_input(self, name: str, type: TensorType) -> Value:
         value = Value(type, name)

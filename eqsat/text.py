@@ -16,6 +16,7 @@ AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...]
 NULL_VALUE = "<<NULL VALUE>>"  # PIR's absent optional operand
 NULL_TYPE = "<<NULL TYPE>>"  # the type of an absent result (an optional output the op does not produce)
 DYNAMIC = -1  # PIR's dynamic dimension
+DYNAMIC_DEFAULT = 1  # the size a dynamic input dim takes where the user binds none
 
 _LINE = re.compile(
     r"^\s*\((?P<results>[^)]*)\)\s*=\s*\"(?P<name>[^\"]+)\"\s*"

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import eqsat
-from eqsat import ParseError
+from eqsat import ParseError, api
+from eqsat.api import optimize
 
 DUMPS = Path(__file__).resolve().parent / "data" / "paddle" / "dumps"
 ALL = sorted(p.name for p in DUMPS.glob("*.pir"))
@@ -118,11 +119,11 @@ def test_wrong_weights_are_a_clear_error(tmp_path):
         eqsat.load(DUMPS / "mlp.pir", params={"linear_20.b_0": np.zeros(3, np.float32)})
 
 
-def test_dynamic_dims_are_bound_by_the_user():
+def test_dynamic_dims_are_bound_by_the_user_or_default_to_one():
     text = (DUMPS / "mlp.pir").read_text().replace("shape:[8,32]", "shape:[-1,32]")
     text = text.replace("tensor<8x", "tensor<-1x")
-    with pytest.raises(ParseError, match=r"bind its dynamic \(-1\) dims with shapes=\{'x'"):
-        eqsat.parse_pir(text)
+    default = eqsat.parse_pir(text)
+    assert default.inputs[0].type.shape == (1, 32) and default.dynamic == {"x": (-1, 32)}
     program = eqsat.parse_pir(text, shapes={"x": (3, 32)})
     assert program.inputs[0].type.shape == (3, 32) and program.outputs[0].type.shape == (3, 10)
     with pytest.raises(ParseError, match="does not fit"):
@@ -236,3 +237,35 @@ def test_egglog_stays_quiet_when_another_library_sets_the_root_logger_to_info(ca
     with caplog.at_level("INFO"):
         eqsat.optimize(eqsat.parse_pir(DROPOUT.format(p=CONSTANT_P, test="true", mode="upscale_in_train")))
     assert not [r for r in caplog.records if r.name.startswith("egglog")]
+
+
+@pytest.mark.parametrize("name", ["mini_conv_squeeze", "mini_dropout_downscale"])
+def test_a_model_saved_with_a_dynamic_batch_runs_at_any_batch(name, monkeypatch):
+    """Saved with ``InputSpec([None, ...])``, as deployed models are: it loads as saved (weights from
+    the .pdiparams beside it), and the optimized program specializes per batch size on first call, once
+    each; Paddle's -1 on squeeze's result is inferred from the elements. Against Paddle's outputs."""
+    ref = np.load(NETS / f"{name}.npz")
+    program = eqsat.load(NETS / f"{name}_dyn.json")
+    assert program.dynamic == {"x": (-1, *ref["in_x"].shape[1:])}
+    result = eqsat.optimize(program)
+    specializations = []
+    monkeypatch.setattr(api, "optimize", lambda p, **kw: specializations.append(p) or optimize(p, **kw))
+    for batch in (2, 1, 2, 3):
+        x = np.concatenate([ref["in_x"]] * 2)[:batch]
+        (out,) = result.fn(x)
+        want = np.concatenate([ref["out_0"]] * 2)[:batch]  # each row depends on its own input only
+        np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-5)
+    assert [p.inputs[0].type.shape[0] for p in specializations] == [2, 3]  # batch 1 was the default
+
+
+def test_a_call_with_a_wrong_rank_dtype_or_size_names_the_input():
+    fn = eqsat.optimize(eqsat.load(NETS / "mini_conv_squeeze_dyn.json")).fn
+    x = np.zeros((2, 3, 8, 8), np.float32)
+    for bad, message in [
+        (x[0], r"input 'x' must be \?x3x8x8 of float32, got \(3, 8, 8\)"),
+        (x.astype(np.int32), "got .* of int32"),
+        (x[:, :2], r"got \(2, 2, 8, 8\)"),
+    ]:
+        with pytest.raises(eqsat.ShapeError, match=message):
+            fn(bad)
+

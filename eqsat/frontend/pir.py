@@ -33,6 +33,7 @@ from eqsat.ops import OPAQUE
 from eqsat.shapes import CONV_AXES
 from eqsat.text import (
     DYNAMIC,
+    DYNAMIC_DEFAULT,
     NULL_TYPE,
     NULL_VALUE,
     Line,
@@ -300,7 +301,8 @@ def _concat_axis(r: _Reader, line: Line, xs: list[Value]) -> tuple[int, ...]:
 
 
 def _data(r: _Reader, line: Line) -> list[Value]:
-    """An input; its dynamic (-1) dims take the sizes the user binds (``shapes={"x": (8, 32)}``)."""
+    """An input; its dynamic (-1) dims take the sizes the user binds (``shapes={"x": (8, 32)}``), or
+    else ``DYNAMIC_DEFAULT`` (the program records its declared shape in ``dynamic``)."""
     _arity(line, 0)
     _results(line, 1)
     name = str(line.attrs.get("name", line.results[0][1:]))
@@ -308,10 +310,10 @@ def _data(r: _Reader, line: Line) -> list[Value]:
         raise ParseError(f"needs one result type, got {len(line.out_types)}", line=line.number, op=line.name)
     declared, dtype = _parse_type(line, line.out_types[0])
     shape = tuple(r.shapes.get(name, declared))
+    if DYNAMIC in declared:
+        r.program.dynamic[name] = declared
     if DYNAMIC in shape:
-        reason = f"input {name!r} is declared {list(declared)}: bind its dynamic (-1) dims with "
-        reason += f"shapes={{{name!r}: ...}}"
-        raise ParseError(reason, line=line.number, op=line.name)
+        shape = tuple(DYNAMIC_DEFAULT if d == DYNAMIC else d for d in shape)
     if len(shape) != len(declared) or any(
         d not in (DYNAMIC, s) for d, s in zip(declared, shape, strict=False)
     ):
@@ -457,11 +459,14 @@ def _silu(r: _Reader, line: Line) -> list[Value]:
 
 
 def _to_declared_shape(r: _Reader, line: Line) -> list[Value]:
-    """``pd.squeeze`` / ``pd.unsqueeze`` / ``pd.flatten``: a reshape to the declared result shape."""
+    """``pd.squeeze`` / ``pd.unsqueeze`` / ``pd.flatten``: a reshape to the declared result shape; one
+    dynamic (-1) dim there (a dynamic batch) holds the elements the others leave."""
     x = r.tensor(line, line.operands[0])
-    shape, _ = _parse_type(line, line.out_types[0]) if line.out_types else ((DYNAMIC,), "")
-    if DYNAMIC in shape:
-        raise ParseError("the result shape is dynamic (-1)", line=line.number, op=line.name)
+    shape, _ = _parse_type(line, line.out_types[0]) if line.out_types else ((DYNAMIC, DYNAMIC), "")
+    known = prod(d for d in shape if d != DYNAMIC)
+    if shape.count(DYNAMIC) > 1 or (DYNAMIC in shape and (known == 0 or x.type.size % known)):
+        raise ParseError(f"the result shape {list(shape)} is dynamic (-1)", line=line.number, op=line.name)
+    shape = tuple(x.type.size // known if d == DYNAMIC else d for d in shape)
     return [r.add(line, "reshape", [x], shape=shape)]
 
 
@@ -869,7 +874,10 @@ def read_lines(
     outputs: Sequence[str] | None = None,
     shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Program:
-    """The Program of PIR op lines, however they were written (text dump or saved JSON)."""
+    """The Program of PIR op lines, however they were written (text dump or saved JSON). Dynamic
+    input dims ``shapes`` leaves unbound take ``DYNAMIC_DEFAULT``; the program can be read again at
+    other sizes (``Program.specialize``)."""
+    lines = list(lines)
     r = _Reader(shapes)
     produced: list[tuple[str, Value]] = []
     for line in lines:
@@ -893,6 +901,8 @@ def read_lines(
                 produced.append((res, value))
     if not r.program.outputs:
         _outputs_without_fetch(r, produced, outputs)
+    if r.program.dynamic:
+        r.program.specialize = lambda bound: read_lines(lines, outputs, {**(shapes or {}), **bound})
     return r.program
 
 
@@ -919,9 +929,11 @@ def load(
     """Load a program from a file: a PIR dump (``pd.*`` / ``pd_op.*`` ops), Paddle 3's saved program
     (``model.json``), or eqsat's own text form.
 
-    ``params``: the weights — Paddle's ``.pdiparams`` file saved with the model (read without Paddle),
-    an ``.npz`` file or a dict of arrays by parameter name; they become the parameters' values.
-    ``shapes`` binds inputs' dynamic (-1) dims by input name (``{"x": (8, 32)}``).
+    ``params``: the weights — Paddle's ``.pdiparams`` file saved with the model (read without Paddle;
+    for ``model.json``, ``model.pdiparams`` beside it is read by default), an ``.npz`` file or a dict
+    of arrays by parameter name; they become the parameters' values. ``shapes`` binds inputs' dynamic
+    (-1) dims by input name (``{"x": (8, 32)}``); unbound, they are 1 in the program returned, and
+    ``eqsat.optimize(program).fn`` specializes on the shapes it is called with.
     """
     from eqsat.ir import parse_program
 
@@ -934,6 +946,23 @@ def load(
         program = read_lines(json_lines(text), shapes=shapes)
     else:
         program = parse_pir(text, shapes=shapes) if pir else parse_program(text)
+    if params is None and str(path).endswith(".json") and Path(path).with_suffix(".pdiparams").exists():
+        params = Path(path).with_suffix(".pdiparams")  # saved beside the program, as Paddle saves it
     if params is not None:
         bind_params(program, params)
+    return _with_weights(program)
+
+
+def _with_weights(program: Program) -> Program:
+    """The program, whose specializations (other sizes of its dynamic dims) keep its weights."""
+    read = program.specialize
+    if read is None:
+        return program
+
+    def specialize(shapes: Mapping[str, Sequence[int]]) -> Program:
+        special = read(shapes)
+        special.param_values.update(program.param_values)
+        return _with_weights(special)
+
+    program.specialize = specialize
     return program
