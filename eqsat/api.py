@@ -126,7 +126,7 @@ def _input_shapes(program: Program, args: Sequence[Any]) -> tuple[tuple[int, ...
         fits = len(shape) == len(declared) and all(
             d in (DYNAMIC, s) for d, s in zip(declared, shape, strict=True)
         )
-        if not fits or dtype != value.type.dtype:
+        if not fits or dtype != jax.dtypes.canonicalize_dtype(value.type.dtype).name:
             want = "x".join("?" if d == DYNAMIC else str(d) for d in declared) or "scalar"
             raise ShapeError(
                 f"input {value.name!r} must be {want} of {value.type.dtype}, got {shape} of {dtype}"

@@ -50,7 +50,14 @@ class _Progress:
 def _optimize(args: argparse.Namespace) -> int:
     import eqsat
 
-    program = eqsat.load(args.file, params=args.params)
+    program = eqsat.load(args.file, params=args.params, shapes=dict(args.shape or []))
+    for name, declared in program.dynamic.items():
+        if name not in dict(args.shape or []):
+            (value,) = [v for v in program.inputs if v.name == name]
+            print(
+                f"note: input {name!r} is declared {list(declared)}: optimized at {list(value.type.shape)} "
+                f"(bind its dynamic dims with --shape {name}=...)"
+            )
     rules = args.rules.split(",") if args.rules else None
     progress = _Progress(args.max_iterations, args.verbose)
     try:
@@ -72,7 +79,27 @@ def _optimize(args: argparse.Namespace) -> int:
     if args.output:
         Path(args.output).write_text(str(result.program) + "\n")
         print(f"wrote {args.output}")
+    from eqsat.lowering import check_runnable
+
+    check_runnable(result.program)  # an op without a meaning: an error (exit 2), not a silent success
+    if args.check:
+        from eqsat.verify import validate
+
+        validate(program, result.program, rules_fired=sorted(result.report.rules_fired))
+        print("check: the optimized program runs and agrees with the original on random inputs")
     return 0
+
+
+def _shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=D0,D1,...`` -> (NAME, dims)."""
+    name, _, dims = text.partition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(",") if d.strip())
+    except ValueError:
+        shape = ()
+    if not name or not shape or any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"expected NAME=D0,D1,... with sizes >= 0, got {text!r}")
+    return name, shape
 
 
 def _prove(args: argparse.Namespace) -> int:
@@ -168,7 +195,17 @@ def build_parser() -> argparse.ArgumentParser:
         "with DEVICE in cpu, h100, tpu-v5e (default: roofline)",
     )
     _limit_options(opt)
+    opt.add_argument(
+        "--shape",
+        type=_shape,
+        action="append",
+        metavar="NAME=D0,D1,...",
+        help="bind an input's dynamic (-1) dims (repeatable); unbound, they are 1, and the note says so",
+    )
     opt.add_argument("--verify", action="store_true", help="check original vs optimized on random inputs")
+    opt.add_argument(
+        "--check", action="store_true", help="run the optimized program and the original on random inputs"
+    )
     opt.add_argument(
         "--extractor",
         default="auto",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -42,20 +43,31 @@ def opaque_lowering(name: str) -> Lowering | None:
     return OPAQUE_LOWERINGS.get(name)
 
 
-def _run_opaque(op: Op, args: list[Any]) -> tuple[Any, ...]:
+def _meaning(op: Op) -> Lowering:
+    """What opaque ``op`` runs as: its payload (a JAX primitive) or its registered meaning, bound to its
+    attributes; :class:`UnsupportedError` naming it if it has neither."""
     if op.payload is not None:
-        outs = op.payload(*args)
-    else:
-        name = str(op.attrs.get("op", ""))
-        fn = OPAQUE_LOWERINGS.get(name)
-        if fn is None:
-            raise UnsupportedError(
-                f"opaque op {name!r} has no JAX implementation; register one with "
-                f"eqsat.lowering.register_opaque({name!r}, fn)"
-            )
-        attrs = {k: v for k, v in op.attrs.items() if k != "op"}
-        outs = fn(*args, **attrs)
+        return op.payload
+    name = str(op.attrs.get("op", ""))
+    fn = opaque_lowering(name)
+    if fn is None:
+        raise UnsupportedError(
+            f"opaque op {name!r} has no JAX implementation; register one with "
+            f"eqsat.lowering.register_opaque({name!r}, fn)"
+        )
+    return functools.partial(fn, **{k: v for k, v in op.attrs.items() if k != "op"})
+
+
+def _run_opaque(op: Op, args: list[Any]) -> tuple[Any, ...]:
+    outs = _meaning(op)(*args)
     return tuple(outs) if isinstance(outs, tuple | list) else (outs,)
+
+
+def check_runnable(program: Program) -> None:
+    """Raise :class:`UnsupportedError` naming the first op of ``program`` that has no JAX meaning."""
+    for op in program.live_ops():
+        if op.name == OPAQUE:
+            _meaning(op)
 
 
 def _run(op: Op, args: list[Any]) -> tuple[Any, ...]:

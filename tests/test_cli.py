@@ -69,3 +69,30 @@ def test_show_draws_the_program_and_a_view_of_the_egraph(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     assert program_svg.read_text().count('class="node"') > 2
     assert egraph_svg.read_text().count('class="cluster"') <= 3
+
+
+NETS = Path(__file__).resolve().parent / "data" / "paddle_nets"
+
+
+def test_optimize_binds_dynamic_dims_or_says_which_default_it_took(capsys):
+    model = str(NETS / "mini_conv_squeeze_dyn.json")
+    assert main(["optimize", model, "-q", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "note: input 'x' is declared [-1, 3, 8, 8]: optimized at [1, 3, 8, 8]" in out
+    assert "check: the optimized program runs" in out
+    assert main(["optimize", model, "--shape", "x=4,3,8,8"]) == 0
+    out = capsys.readouterr().out
+    assert "note:" not in out and "tensor<4x3x8x8xf32>" in out
+    with pytest.raises(SystemExit):
+        main(["optimize", model, "--shape", "x=four"])
+    assert "expected NAME=D0,D1,..." in capsys.readouterr().err
+
+
+def test_optimize_fails_for_a_program_that_cannot_run(tmp_path, capsys):
+    text = (
+        (NETS.parent / "paddle" / "dumps" / "mlp.pir").read_text().replace('"pd_op.relu"', '"pd_op.mystery"')
+    )
+    path = tmp_path / "m.pir"
+    path.write_text(text)
+    assert main(["optimize", str(path), "-q"]) == 2
+    assert "opaque op 'pd_op.mystery' has no JAX implementation" in capsys.readouterr().err

@@ -12,6 +12,7 @@ import pytest
 import eqsat
 from eqsat import ParseError, api
 from eqsat.api import optimize
+from eqsat.lowering import OPAQUE_LOWERINGS
 
 DUMPS = Path(__file__).resolve().parent / "data" / "paddle" / "dumps"
 ALL = sorted(p.name for p in DUMPS.glob("*.pir"))
@@ -228,7 +229,7 @@ def test_dropout_at_inference_by_mode(mode, factor, p):
 
 
 def test_an_unknown_dropout_mode_is_a_parse_error():
-    with pytest.raises(ParseError, match=r"line 4: .*dropout: unknown dropout mode 'sideways'"):
+    with pytest.raises(ParseError, match=r"line 4: pd_op.dropout: unknown dropout mode 'sideways'"):
         eqsat.parse_pir(DROPOUT.format(p=CONSTANT_P, test="true", mode="sideways"))
 
 
@@ -269,3 +270,12 @@ def test_a_call_with_a_wrong_rank_dtype_or_size_names_the_input():
         with pytest.raises(eqsat.ShapeError, match=message):
             fn(bad)
 
+
+def test_an_op_falling_back_to_opaque_keeps_the_files_name(monkeypatch):
+    """Training-mode dropout has no meaning of eqsat's; the user's meaning, registered under the name
+    the file uses, runs it."""
+    monkeypatch.setitem(OPAQUE_LOWERINGS, "pd_op.dropout", lambda x, p, **attrs: (x * 2, x > 0))
+    program = eqsat.parse_pir(DROPOUT.format(p=CONSTANT_P, test="false", mode="upscale_in_train"))
+    assert program.op_counts()["pd_op.dropout"] == 1
+    (out,) = eqsat.optimize(program).fn(np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(np.asarray(out), np.full((2, 3), 2.0))

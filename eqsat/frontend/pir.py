@@ -446,7 +446,7 @@ def _reduced_axes(r: _Reader, line: Line, x: Value) -> tuple[int, ...]:
 def _square(r: _Reader, line: Line) -> list[Value | list[Value]]:
     """``pd.square`` and ``pd.pow {y:2}`` are x * x; other powers stay opaque."""
     _arity(line, 1)
-    if line.name == "pd.pow" and line.attrs.get("y") != 2:
+    if _canonical(line.name) == "pd.pow" and line.attrs.get("y") != 2:
         return _opaque(r, replace(line, name="pd_op.pow"))
     x = r.tensor(line, line.operands[0])
     return [r.add(line, "mul", [x, x])]
@@ -672,12 +672,12 @@ def _pool2d(r: _Reader, line: Line) -> list[Value | list[Value]]:
 
 def _unary(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 1)
-    return [r.add(line, _UNARY[line.name], [r.tensor(line, line.operands[0])])]
+    return [r.add(line, _UNARY[_canonical(line.name)], [r.tensor(line, line.operands[0])])]
 
 
 def _binary(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 2)
-    return [r.add(line, _BINARY[line.name], [r.tensor(line, o) for o in line.operands])]
+    return [r.add(line, _BINARY[_canonical(line.name)], [r.tensor(line, o) for o in line.operands])]
 
 
 def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
@@ -819,7 +819,7 @@ HANDLERS: dict[str, Handler] = {
 def _check_declared(line: Line, results: list[Value | list[Value]]) -> None:
     """Each tensor result has its declared type (a dynamic -1 dim matches any size); lists (``vec``
     results) are checked element by element where they are split."""
-    if line.name in ("pd.full_int_array", "builtin.combine", "builtin.split"):
+    if _canonical(line.name) in ("pd.full_int_array", "builtin.combine", "builtin.split"):
         return
     for name, got, text in zip(line.results, results, line.out_types, strict=False):
         if isinstance(got, list) or text.strip() == NULL_TYPE:
@@ -888,10 +888,10 @@ def read_lines(
         _check_operands(r, line)
         handler = HANDLERS.get(_canonical(line.name))
         try:
-            results = handler(r, replace(line, name=_canonical(line.name))) if handler else _opaque(r, line)
+            results = handler(r, line) if handler else _opaque(r, line)
         except ShapeError as e:
             raise ParseError(str(e), line=number, op=line.name) from None
-        _check_declared(replace(line, name=_canonical(line.name)), results)
+        _check_declared(line, results)
         for name in line.operands:
             value = r.env.get(name)
             r.read.update(map(id, value if isinstance(value, list) else [value]))
