@@ -211,7 +211,6 @@ _ELEMENTWISE = {
     "isnan": jnp.isnan,
     "isinf": jnp.isinf,
     "isfinite": jnp.isfinite,
-    "hardswish": jax.nn.hard_swish,
     "elementwise_pow": jnp.power,
     "floor_divide": jnp.floor_divide,  # Paddle floors, as Python does
     "remainder": jnp.remainder,  # the sign of the divisor, as Python's %

@@ -279,3 +279,13 @@ def test_an_op_falling_back_to_opaque_keeps_the_files_name(monkeypatch):
     assert program.op_counts()["pd_op.dropout"] == 1
     (out,) = eqsat.optimize(program).fn(np.ones((2, 3), np.float32))
     np.testing.assert_array_equal(np.asarray(out), np.full((2, 3), 2.0))
+
+
+def test_mobilenets_hard_activations_are_canonical_ops():
+    """``Hardsigmoid()(x) * x`` (mobilenet_v3): hardsigmoid, relu6, hardswish and hardtanh load as
+    canonical ops (min/max of a scale) that rules see through, not opaque ops. Against Paddle."""
+    ref = np.load(NETS / "mini_hardsigmoid.npz")
+    result = eqsat.optimize(eqsat.load(NETS / "mini_hardsigmoid_dyn.json"))
+    assert not [op for op in result.program.live_ops() if op.name == "opaque"]
+    (out,) = result.fn(ref["in_x"])
+    np.testing.assert_allclose(np.asarray(out), ref["out_0"], rtol=1e-5, atol=1e-6)

@@ -458,6 +458,38 @@ def _silu(r: _Reader, line: Line) -> list[Value]:
     return [r.add(line, "mul", [x, r.add(line, "sigmoid", [x])])]
 
 
+def _clip(r: _Reader, line: Line, x: Value, low: float, high: float) -> Value:
+    """``min(max(x, low), high)`` with scalar constants of x's dtype."""
+    bound = [r.add(line, "full", [], shape=(), value=float(v), dtype=x.type.dtype) for v in (low, high)]
+    return r.add(line, "minimum", [r.add(line, "maximum", [x, bound[0]]), bound[1]])
+
+
+def _number(line: Line, key: str, default: float) -> float:
+    value = line.attrs.get(key, default)
+    if not isinstance(value, int | float):
+        raise ParseError(f"{key} {value!r} is not a number", line=line.number, op=line.name)
+    return float(value)
+
+
+def _hard_activation(r: _Reader, line: Line) -> list[Value]:
+    """Paddle's piecewise-linear activations as canonical ops (rules see through them): ``relu6``
+    min(max(x, 0), 6); ``hardtanh`` min(max(x, t_min), t_max); ``hardsigmoid`` min(max(x·slope + offset,
+    0), 1); ``hardswish`` x · min(max(x + 3, 0), 6) / 6."""
+    _arity(line, 1)
+    x = r.tensor(line, line.operands[0])
+    kind = _canonical(line.name)
+    if kind == "pd.relu6":
+        return [_clip(r, line, x, 0.0, 6.0)]
+    if kind == "pd.hardtanh":
+        return [_clip(r, line, x, _number(line, "t_min", -1.0), _number(line, "t_max", 1.0))]
+    if kind == "pd.hardsigmoid":
+        slope, offset = _number(line, "slope", 1 / 6), _number(line, "offset", 0.5)
+        return [_clip(r, line, r.add(line, "scale", [x], scale=slope, bias=offset), 0.0, 1.0)]
+    gate = _clip(r, line, r.add(line, "scale", [x], scale=1.0, bias=3.0), 0.0, 6.0)
+    six = r.add(line, "full", [], shape=(), value=6.0, dtype=x.type.dtype)
+    return [r.add(line, "div", [r.add(line, "mul", [x, gate]), six])]
+
+
 def _to_declared_shape(r: _Reader, line: Line) -> list[Value]:
     """``pd.squeeze`` / ``pd.unsqueeze`` / ``pd.flatten``: a reshape to the declared result shape; one
     dynamic (-1) dim there (a dynamic batch) holds the elements the others leave."""
@@ -806,6 +838,8 @@ HANDLERS: dict[str, Handler] = {
     "pd.square": _square,
     "pd.pow": _square,
     "pd.silu": _silu,
+    "pd.swish": _silu,
+    **dict.fromkeys(("pd.relu6", "pd.hardtanh", "pd.hardsigmoid", "pd.hardswish"), _hard_activation),
     "pd.squeeze": _to_declared_shape,
     "pd.unsqueeze": _to_declared_shape,
     "pd.flatten": _to_declared_shape,
