@@ -99,6 +99,12 @@ class _Reader:
         self.env[name] = value
         return value
 
+    def constant_value(self, value: Value) -> np.ndarray | None:
+        """The contents of ``value`` where the reader knows them (a small constant, a bound parameter)."""
+        if id(value) in self.consts:
+            return self.consts[id(value)]
+        return self.program.param_values.get(value.name) if value.name else None
+
     def is_constant(self, name: str) -> bool:
         """Whether the reader knows the contents of value ``name`` (a full_int_array or small full)."""
         return name in self.int_arrays or id(self.env.get(name)) in self.consts
@@ -733,7 +739,8 @@ def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
     attrs = {"op": line.name, **{k: v for k, v in line.attrs.items() if k not in _IGNORED_ATTRS}}
     if set(layout) != {"t"} and layout:
         attrs["operands"] = ",".join(layout)
-    inferred = _inferred_shapes(line, ins, attrs)
+    known = {i: r.constant_value(v) for i, v in enumerate(ins)}
+    inferred = _inferred_shapes(line, ins, attrs, {i: c for i, c in known.items() if c is not None})
     for text in line.out_types:
         group = []
         for t in _types(line, text):
@@ -755,9 +762,12 @@ def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
     return results
 
 
-def _inferred_shapes(line: Line, ins: list[Value], attrs: dict) -> list[tuple[int, ...]]:
+def _inferred_shapes(
+    line: Line, ins: list[Value], attrs: dict, constants: Mapping[int, np.ndarray]
+) -> list[tuple[int, ...]]:
     """The result shapes of an opaque op with a registered JAX meaning, where the dump declares dynamic
-    (-1) dims: found by tracing that meaning on the inputs' shapes (``jax.eval_shape``)."""
+    (-1) dims: found by tracing that meaning on the inputs' shapes (``jax.eval_shape``), the operands
+    whose contents are known (split sections, axes) given as they are."""
     if not any("-1" in t for t in line.out_types):
         return []
     import jax
@@ -767,10 +777,16 @@ def _inferred_shapes(line: Line, ins: list[Value], attrs: dict) -> list[tuple[in
     fn = opaque_lowering(line.name)
     if fn is None:
         return []
-    specs = [jax.ShapeDtypeStruct(v.type.shape, v.type.dtype) for v in ins]
+    traced = [i for i in range(len(ins)) if i not in constants]
+    specs = [jax.ShapeDtypeStruct(ins[i].type.shape, ins[i].type.dtype) for i in traced]
     kwargs = {k: v for k, v in attrs.items() if k != "op"}
+
+    def meaning(*xs: jax.Array) -> object:
+        args = dict(constants) | dict(zip(traced, xs, strict=True))
+        return fn(*(args[i] for i in range(len(ins))), **kwargs)
+
     try:
-        outs = jax.eval_shape(lambda *xs: fn(*xs, **kwargs), *specs)
+        outs = jax.eval_shape(meaning, *specs)
     except Exception:  # the meaning does not apply to these inputs: the dims stay dynamic
         return []
     return [tuple(o.shape) for o in (outs if isinstance(outs, tuple | list) else [outs])]
