@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import register_opaque
+from . import paddle_rnn, register_opaque
 
 
 def _optional(tensors: tuple[jax.Array, ...], operands: str, first: int, count: int) -> list[Any]:
@@ -254,7 +254,14 @@ def _arange(start: Any, end: Any, step: Any, *, dtype: str, **_: Any) -> jax.Arr
     return jnp.arange(*(np.asarray(v).item() for v in (start, end, step)), dtype=dtype)
 
 
+register_opaque(
+    "pd_op.full_with_tensor",
+    lambda value, shape, *, dtype, **_: jnp.full(
+        tuple(int(d) for d in np.asarray(shape)), value.reshape(()), dtype
+    ),
+)
 register_opaque("pd_op.rms_norm", _rms_norm)
+register_opaque("pd_op.rnn", paddle_rnn.rnn)
 register_opaque("pd_op.fused_rms_norm_quant", _rms_norm)  # Paddle 3.3's name (fused_rms_norm) for it
 register_opaque("pd_op.arange", _arange)
 

@@ -200,6 +200,11 @@ CASES = [
     Case("pool2d-ceil", lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True), (IMAGE,)),
     Case("pool2d-global", lambda x: F.adaptive_avg_pool2d(x, 1), (IMAGE,)),
     Case("swiglu", lambda x, y: F.swiglu(x, y), (X, Y)),
+    Case("shape64-full_with_tensor", lambda x: paddle.full(paddle.shape(x), 2.0) + x, (X,)),
+    Case("shape", lambda x: paddle.full(paddle._C_ops.shape(x), 2.0) + x, (X,)),
+    Case("rnn-lstm", lambda x: paddle.nn.LSTM(4, 6, num_layers=2)(x), (_x(2, 3, 4),)),
+    Case("rnn-gru-bidirectional", lambda x: paddle.nn.GRU(4, 5, direction="bidirect")(x), (_x(2, 3, 4),)),
+    Case("rnn-simple", lambda x: paddle.nn.SimpleRNN(4, 5)(x), (_x(2, 3, 4),)),
     Case(
         "fused_rms_norm",
         lambda x, w, b: paddle.incubate.nn.functional.fused_rms_norm(x, w, b, 1e-6, 1)[0],
@@ -243,7 +248,7 @@ def _saved(label: str, root: Path) -> tuple[Path, tuple[np.ndarray, ...], tuple[
             warnings.simplefilter("ignore")
             feeds = [paddle.static.data(f"in{i}", s, d) for i, (s, d, _) in enumerate(case.inputs)]
             outs = case.fn(*feeds)
-            outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+            outs = paddle.utils.flatten(outs)
             exe = paddle.static.Executor(paddle.CPUPlace())
             exe.run(startup)
             want = exe.run(

@@ -1,8 +1,8 @@
-"""Whole networks saved by Paddle itself as users save them: paddle.vision CNNs and a
-paddle.nn.TransformerEncoder at a small input size, random weights and randomized batch-norm
-statistics (so folding is exercised), saved with ``paddle.jit.save`` and a batch of ``None``. eqsat
-loads each with no help, optimizes it, and runs it at two batch sizes; Paddle Inference's predictor
-runs the same file."""
+"""Whole networks saved by Paddle itself as users save them: paddle.vision CNNs, a
+paddle.nn.TransformerEncoder and LSTM/GRU/simple RNN layers (``pd_op.rnn``) at a small input size,
+random weights and randomized batch- norm statistics (so folding is exercised), saved with
+``paddle.jit.save`` and a batch of ``None``. eqsat loads each with no help, optimizes it, and runs
+it at two batch sizes; Paddle Inference's predictor runs the same file."""
 
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ NETWORKS: dict[str, tuple[Callable[[], object], tuple[int, ...]]] = {
         lambda: paddle.nn.TransformerEncoder(paddle.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1), 2),
         (8, 32),
     ),
+    "lstm": (lambda: paddle.nn.LSTM(16, 32, num_layers=2), (5, 16)),
+    "gru_bidirectional": (lambda: paddle.nn.GRU(16, 24, direction="bidirect"), (5, 16)),
+    "simple_rnn_relu": (lambda: paddle.nn.SimpleRNN(16, 20, num_layers=2, activation="relu"), (5, 16)),
 }
 
 
@@ -50,7 +53,7 @@ def _save(name: str, root: Path) -> Path:
     return root / f"{name}.json"
 
 
-def _predict(path: Path, x: np.ndarray) -> np.ndarray:
+def _predict(path: Path, x: np.ndarray) -> list[np.ndarray]:
     config = inference.Config(str(path), str(path.with_suffix(".pdiparams")))
     config.disable_mkldnn()
     config.disable_glog_info()
@@ -59,7 +62,7 @@ def _predict(path: Path, x: np.ndarray) -> np.ndarray:
     handle.reshape(x.shape)
     handle.copy_from_cpu(x)
     predictor.run()
-    return predictor.get_output_handle(predictor.get_output_names()[0]).copy_to_cpu()
+    return [predictor.get_output_handle(name).copy_to_cpu() for name in predictor.get_output_names()]
 
 
 @pytest.mark.parametrize("name", sorted(NETWORKS))
@@ -73,6 +76,7 @@ def test_a_network_saved_with_a_dynamic_batch_matches_paddle_inference(name, tmp
     ]
     for batch in (2, 3):
         x = np.random.default_rng(batch).normal(size=(batch, *NETWORKS[name][1])).astype(np.float32)
-        want = _predict(path, x)
-        (got,) = result.fn(x)
-        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+        outputs = result.fn(x)
+        assert len(outputs) == len(_predict(path, x))
+        for got, want in zip(outputs, _predict(path, x), strict=True):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())

@@ -76,8 +76,8 @@ def _line(number: int, op: dict[str, Any]) -> Line:
         raise ParseError("an op with regions (control flow) is not supported", line=number, op=name)
     outs = op.get("O", [])
     outs = outs if isinstance(outs, list) else [outs]
-    if name == "builtin.parameter":
-        attrs = {"parameter_name": str(op["A"][3])}
+    if name == "builtin.parameter":  # A: (..., name); OA: (persistable, ...)
+        attrs = {"parameter_name": str(op["A"][3]), "persistable": int(op.get("OA", [1])[0])}
     else:
         attrs = {a["N"]: _attr(a["AT"]) for a in op.get("A", [])}
     return Line(

@@ -99,6 +99,18 @@ class _Reader:
         self.env[name] = value
         return value
 
+    def constant(self, line: Line, result: str, data: np.ndarray) -> Value:
+        """Result ``result`` of ``line`` as a known constant (a parameter with its value), of the dtype
+        the line declares for it."""
+        index = line.results.index(result)
+        dtype = (
+            _parse_type(line, line.out_types[index])[1] if index < len(line.out_types) else data.dtype.name
+        )
+        data = np.asarray(data).astype(dtype)
+        value = self.program.add_param(f"const{result[1:]}", TensorType(data.shape, dtype), data)
+        self.consts[id(value)] = data
+        return value
+
     def constant_value(self, value: Value) -> np.ndarray | None:
         """The contents of ``value`` where the reader knows them (a small constant, a bound parameter)."""
         if id(value) in self.consts:
@@ -332,10 +344,16 @@ def _data(r: _Reader, line: Line) -> list[Value]:
 
 
 def _parameter(r: _Reader, line: Line) -> list[Value]:
+    """A weight, whose value the params file holds; a non-persistable one (an RNN's dropout state,
+    which Paddle does not save) starts at zeros, as Paddle starts it."""
     _arity(line, 0)
     _results(line, 1)
     name = line.attrs.get("parameter_name", line.attrs.get("name", line.results[0][1:]))
-    return [r.program.add_param(str(name), _single_type(line))]
+    kind = _single_type(line)
+    persistable = line.attrs.get("persistable", True)
+    if not (persistable[0] if isinstance(persistable, tuple) and persistable else persistable):
+        return [r.program.add_param(str(name), kind, np.zeros(kind.shape, kind.dtype))]
+    return [r.program.add_param(str(name), kind)]
 
 
 def _constant(r: _Reader, line: Line) -> list[Value]:
@@ -740,7 +758,12 @@ def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
     if set(layout) != {"t"} and layout:
         attrs["operands"] = ",".join(layout)
     known = {i: r.constant_value(v) for i, v in enumerate(ins)}
-    inferred = _inferred_shapes(line, ins, attrs, {i: c for i, c in known.items() if c is not None})
+    constants = {i: c for i, c in known.items() if c is not None}
+    if len(constants) == len(ins) and len(line.out_types) == len(line.results):
+        folded = _folded(line, attrs, [constants[i] for i in range(len(ins))])
+        if folded is not None and len(folded) == len(line.results):
+            return [r.constant(line, res, value) for res, value in zip(line.results, folded, strict=True)]
+    inferred = _inferred_shapes(line, ins, attrs, constants)
     for text in line.out_types:
         group = []
         for t in _types(line, text):
@@ -760,6 +783,30 @@ def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
         results.append(group if text.strip().startswith("vec[") else group[0])
     r.program.ops.append(Op(OPAQUE, tuple(ins), attrs, tuple(outs)))
     return results
+
+
+def _folded(line: Line, attrs: dict, constants: list[np.ndarray]) -> list[np.ndarray] | None:
+    """The results of an opaque op with a meaning whose operands are all known small constants (shape
+    arithmetic: ``slice``, ``stack``, ``full_with_tensor`` of a shape), computed as the reader reads
+    (they become constants of the program), or None."""
+    from eqsat.lowering import opaque_lowering
+
+    fn = opaque_lowering(line.name)
+    if fn is None or any(c.size > _MAX_KEPT_CONSTANT for c in constants):
+        return None
+    try:
+        outs = fn(*constants, **{k: v for k, v in attrs.items() if k != "op"})
+    except Exception:  # the meaning does not apply to these operands: the op stays as it is
+        return None
+    outs = [np.asarray(o) for o in (outs if isinstance(outs, tuple | list) else [outs])]
+    return outs if all(o.size <= _MAX_KEPT_CONSTANT for o in outs) else None
+
+
+def _shape_of(r: _Reader, line: Line) -> list[Value]:
+    """``pd.shape`` / ``pd.shape64``: the (concrete) shape of its operand, a constant."""
+    _arity(line, 1)
+    x = r.tensor(line, line.operands[0])
+    return [r.constant(line, line.results[0], np.asarray(x.type.shape))]
 
 
 def _inferred_shapes(
@@ -860,6 +907,8 @@ HANDLERS: dict[str, Handler] = {
     "pd.unsqueeze": _to_declared_shape,
     "pd.flatten": _to_declared_shape,
     "pd.split_with_num": _split_with_num,
+    "pd.shape": _shape_of,
+    "pd.shape64": _shape_of,
     "pd.fc": _fc,
     "pd.multihead_matmul": _multihead_matmul,
     **dict.fromkeys(_BINARY, _binary),
@@ -1011,7 +1060,8 @@ def _with_weights(program: Program) -> Program:
 
     def specialize(shapes: Mapping[str, Sequence[int]]) -> Program:
         special = read(shapes)
-        special.param_values.update(program.param_values)
+        for name, value in program.param_values.items():  # the weights; its own constants stay its own
+            special.param_values.setdefault(name, value)
         return _with_weights(special)
 
     program.specialize = specialize
