@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from eqsat.errors import UnsupportedError
 
 from . import paddle_rnn, register_opaque
 
@@ -280,3 +283,169 @@ register_opaque(
         x, axis=_axis(axis), keepdims=bool(keepdims)
     ).astype(dtype),
 )
+
+
+def _softplus(x: jax.Array, *, beta: float = 1.0, threshold: float = 20.0, **_: Any) -> jax.Array:
+    """``log(1 + exp(beta x)) / beta``, and x itself where ``beta x`` exceeds ``threshold``."""
+    scaled = x * beta
+    return jnp.where(scaled > threshold, x, jnp.logaddexp(scaled, 0.0) / beta)
+
+
+def _mish(x: jax.Array, **attrs: Any) -> jax.Array:
+    """``x tanh(softplus(x))``, softplus linear past ``lambda``."""
+    return x * jnp.tanh(_softplus(x, threshold=attrs.get("lambda", 20.0)))
+
+
+def _prelu(x: jax.Array, alpha: jax.Array, *, mode: str, data_format: str = "NCHW", **_: Any) -> jax.Array:
+    """max(x, 0) + alpha min(x, 0): one alpha (``all``), one per channel, or one per element."""
+    if mode == "channel":
+        axis = 1 if data_format.startswith("NC") else x.ndim - 1
+        alpha = alpha.reshape([-1 if i == axis else 1 for i in range(x.ndim)])
+    elif mode == "element":
+        alpha = alpha.reshape(x.shape[1:])
+    return jnp.where(x > 0, x, alpha * x)
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def _pad3d(
+    x: jax.Array, paddings: Any, *, mode: str, pad_value: float, data_format: str, **_: Any
+) -> jax.Array:
+    """``pad3d``: paddings (left, right, top, bottom, front, back) of the W, H and D axes."""
+    p = [int(v) for v in np.asarray(paddings).ravel()]
+    spatial = [(p[4], p[5]), (p[2], p[3]), (p[0], p[1])]
+    widths = [(0, 0), (0, 0), *spatial] if data_format == "NCDHW" else [(0, 0), *spatial, (0, 0)]
+    extra = {"constant_values": pad_value} if mode == "constant" else {}
+    return jnp.pad(x, widths, mode=_PAD_MODES[mode], **extra)
+
+
+def _normalized(
+    x: jax.Array, axes: tuple[int, ...], epsilon: float
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    variance = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(variance + epsilon), mean, variance
+
+
+def _affine(y: jax.Array, scale: jax.Array | None, bias: jax.Array | None, axis: int) -> jax.Array:
+    shape = [-1 if i == axis else 1 for i in range(y.ndim)]
+    y = y if scale is None else y * scale.reshape(shape)
+    return y if bias is None else y + bias.reshape(shape)
+
+
+def _group_norm(
+    x: jax.Array, *tensors: jax.Array, groups: int, epsilon: float, data_format: str = "NCHW", **attrs: Any
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Normalized over each group of channels (and the spatial dims), then scaled and shifted per
+    channel; also the groups' means and variances (N, groups)."""
+    scale, bias = _optional(tensors, attrs.get("operands", "t,t,t"), 1, 2)
+    channels_last = not data_format.startswith("NC")
+    moved = jnp.moveaxis(x, -1, 1) if channels_last else x
+    grouped = moved.reshape(moved.shape[0], groups, -1)
+    y, mean, variance = _normalized(grouped, (2,), epsilon)
+    out = _affine(y.reshape(moved.shape), scale, bias, 1)
+    out = jnp.moveaxis(out, 1, -1) if channels_last else out
+    return out, mean.reshape(x.shape[0], groups), variance.reshape(x.shape[0], groups)
+
+
+def _instance_norm(
+    x: jax.Array, *tensors: jax.Array, epsilon: float, **attrs: Any
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Normalized over the spatial dims of each sample and channel, then scaled and shifted per channel;
+    also the means and inverse standard deviations (N × C)."""
+    scale, bias = _optional(tensors, attrs.get("operands", "t,t,t"), 1, 2)
+    y, mean, variance = _normalized(x, tuple(range(2, x.ndim)), epsilon)
+    return _affine(y, scale, bias, 1), mean.reshape(-1), jax.lax.rsqrt(variance + epsilon).reshape(-1)
+
+
+def _adaptive_windows(size: int, out: int) -> list[tuple[int, int]]:
+    """Paddle's adaptive pooling windows: [floor(i n / m), ceil((i + 1) n / m))."""
+    return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
+
+
+def _adaptive_pool(x: jax.Array, out: Any, reduce: Callable[[jax.Array], Any]) -> list[Any]:
+    """``reduce`` of each adaptive window of the last two (H, W) dims of x, row by row, on the windows
+    flattened; Paddle's windows: [floor(i n / m), ceil((i + 1) n / m))."""
+    height, width = x.shape[-2:]
+    rows, cols = (_adaptive_windows(n, int(k)) for n, k in zip((height, width), out, strict=True))
+    return [reduce(x[..., r0:r1, c0:c1].reshape(*x.shape[:-2], -1)) for r0, r1 in rows for c0, c1 in cols]
+
+
+def _stacked(parts: list[jax.Array], x: jax.Array, out: Any) -> jax.Array:
+    return jnp.stack(parts, -1).reshape(*x.shape[:-2], *(int(k) for k in out))
+
+
+def _adaptive_max_with_index(
+    x: jax.Array, *, kernel_size: Any, adaptive: int = 0, **_: Any
+) -> tuple[jax.Array, jax.Array]:
+    """``max_pool2d_with_index {adaptive:true}`` (NCHW): the max of each adaptive window, and where it is
+    (its index in the flattened H × W plane)."""
+    if not adaptive:
+        raise UnsupportedError("pd_op.max_pool2d_with_index is supported with adaptive:true only")
+    plane = jnp.arange(x.shape[-2] * x.shape[-1], dtype=jnp.int32).reshape(x.shape[-2:])
+    where = _adaptive_pool(plane, kernel_size, lambda w: w)
+    best = _adaptive_pool(x, kernel_size, lambda w: jnp.argmax(w, axis=-1))
+    values = _adaptive_pool(x, kernel_size, lambda w: jnp.max(w, axis=-1))
+    index = [w[b] for w, b in zip(where, best, strict=True)]
+    return _stacked(values, x, kernel_size), _stacked(index, x, kernel_size)
+
+
+def _pool2d(x: jax.Array, kernel: Any, *, pooling_type: str, adaptive: int = 0, **attrs: Any) -> jax.Array:
+    """``pool2d`` where eqsat's canonical pool cannot say it: adaptive windows that do not divide the
+    input (NCHW)."""
+    if not adaptive or attrs.get("data_format", "NCHW") != "NCHW":
+        raise UnsupportedError("pd_op.pool2d as an opaque op is supported for adaptive NCHW pooling only")
+    out = [int(k) for k in np.asarray(kernel).ravel()]
+    reduce = (lambda w: jnp.max(w, axis=-1)) if pooling_type == "max" else (lambda w: jnp.mean(w, axis=-1))
+    return _stacked(_adaptive_pool(x, out * (2 // len(out)), reduce), x, out * (2 // len(out)))
+
+
+def _source_index(
+    out: int, size: int, scale: float | None, align_corners: bool, half_pixel: bool
+) -> jax.Array:
+    """Where each output position reads along an axis of ``size`` resized to ``out`` (Paddle's
+    interpolation: the ratio from the given scale where there is one)."""
+    i = jnp.arange(out, dtype=jnp.float32)
+    if align_corners:
+        return i * ((size - 1) / (out - 1) if out > 1 else 0.0)
+    ratio = 1.0 / scale if scale else size / out
+    return (i + 0.5) * ratio - 0.5 if half_pixel else i * ratio
+
+
+def _interpolate(x: jax.Array, *_: jax.Array, interp_method: str, **attrs: Any) -> jax.Array:
+    """``nearest_interp`` / ``bilinear_interp`` (NCHW) to out_h × out_w (or by ``scale``), with Paddle's
+    align_corners and align_mode: nearest reads floor(i · ratio); bilinear blends the two neighbours of
+    (i + 0.5) · ratio - 0.5 (align_mode 0) or of i · ratio (align_mode 1), clamped to the input."""
+    height, width = x.shape[-2:]
+    scale = [float(s) for s in attrs.get("scale", ())] or [0.0, 0.0]
+    out_h = attrs["out_h"] if attrs["out_h"] > 0 else int(height * scale[0])
+    out_w = attrs["out_w"] if attrs["out_w"] > 0 else int(width * scale[1])
+    corners = bool(attrs.get("align_corners", 0))
+    for axis, (size, out, s) in enumerate(zip((height, width), (out_h, out_w), scale, strict=True)):
+        axis = x.ndim - 2 + axis
+        if interp_method == "nearest":
+            src = _source_index(out, size, s or None, corners, half_pixel=False)
+            index = jnp.clip(jnp.round(src) if corners else jnp.floor(src), 0, size - 1).astype(jnp.int32)
+            x = jnp.take(x, index, axis=axis)
+            continue
+        half = not corners and attrs.get("align_mode", 0) == 0
+        src = jnp.maximum(_source_index(out, size, s or None, corners, half), 0.0)
+        low = jnp.clip(jnp.floor(src), 0, size - 1).astype(jnp.int32)
+        high = jnp.minimum(low + 1, size - 1)
+        weight = (src - low).reshape([-1 if i == axis else 1 for i in range(x.ndim)]).astype(x.dtype)
+        x = jnp.take(x, low, axis=axis) * (1 - weight) + jnp.take(x, high, axis=axis) * weight
+    return x
+
+
+register_opaque("pd_op.elu", lambda x, *, alpha=1.0, **_: jax.nn.elu(x, alpha))
+register_opaque("pd_op.softplus", _softplus)
+register_opaque("pd_op.mish", _mish)
+register_opaque("pd_op.prelu", _prelu)
+register_opaque("pd_op.pad3d", _pad3d)
+register_opaque("pd_op.group_norm", _group_norm)
+register_opaque("pd_op.instance_norm", _instance_norm)
+register_opaque("pd_op.max_pool2d_with_index", _adaptive_max_with_index)
+register_opaque("pd_op.pool2d", _pool2d)
+register_opaque("pd_op.nearest_interp", _interpolate)
+register_opaque("pd_op.bilinear_interp", _interpolate)
