@@ -105,7 +105,7 @@ class OptimizeResult:
 
         def fn(*args: Any) -> Any:
             shapes = _input_shapes(self.original, args)
-            if shapes == tuple(v.type.shape for v in self.program.inputs):
+            if shapes == tuple(v.type.shape for v in self.original.inputs):
                 return run(*args)
             if shapes not in specialized:
                 bound = {v.name: s for v, s in zip(self.original.inputs, shapes, strict=True) if v.name}

@@ -152,10 +152,9 @@ def judge(reference: Any, expected: Any, got: Any, dtype: str, strict: bool = Tr
         return f"{problem} (jax.jit's special values differ from it too, but not as eqsat's do)"
     finite = np.isfinite(r)
     slack = tolerance(dtype) * (1.0 + (float(np.max(np.abs(r[finite]))) if finite.any() else 0.0))
-    if _distance(r, b) > _distance(r, a) + slack:
-        return (
-            f"{problem}, further from the program than jax.jit ({_distance(r, b):g} vs {_distance(r, a):g})"
-        )
+    ours, theirs = _distance(r, b), _distance(r, a)
+    if ours > theirs + slack:
+        return f"{problem}, further from the program than jax.jit ({ours:g} vs {theirs:g})"
     return None
 
 
@@ -169,9 +168,9 @@ def check_rule(
     rule: Rule, seed: int = 0, dtype: str | None = None, case: dict[str, Any] | None = None
 ) -> RuleCheck:
     """Apply ``rule`` to its example and check every resulting term agrees with the LHS numerically:
-    on normal inputs, and for an exact rule also on special values (±0, ±inf, NaN, a -inf
-    row), where infs and NaNs must match too. ``dtype`` replaces the example's float32 (tensors and
-    dtype attributes), e.g. with float16 or int32; a rule whose guard excludes it need not fire then.
+    on normal inputs, and for an exact rule also on special values (±0, ±inf, NaN, a -inf row), where
+    infs and NaNs must match too. ``dtype`` replaces the example's float32 (tensors and dtype
+    attributes), e.g. with float16 or int32; a rule whose guard excludes it need not fire then.
     ``case``: keyword arguments of the example (one of ``rule.cases``); the rule must fire on it.
 
     Raises :class:`MiscompileError` on disagreement and :class:`EqsatError` if the rule does not fire.
@@ -320,10 +319,10 @@ def validate(
     if compile:
         f, g = jax.jit(f), jax.jit(g)
     free = [p for p in original.params if p.name not in original.param_values]
-    dtype = loosest(*path_dtypes(original))
+    dtype, as_it_reads = loosest(*path_dtypes(original)), reference(original)
     for kind in kinds:
         args = [random_array(v.type, rng, kind) for v in [*original.inputs, *free]]
-        want, got, ref = f(*args), g(*args), reference(original)(*args)
+        want, got, ref = f(*args), g(*args), as_it_reads(*args)
         for i, (r, a, b) in enumerate(zip(ref, want, got, strict=True)):
             problem = judge(r, a, b, dtype, strict=exact)
             if problem is not None:

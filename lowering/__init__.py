@@ -76,13 +76,13 @@ def _run(op: Op, args: list[Any]) -> tuple[Any, ...]:
 
 def _run_wide(op: Op, args: list[Any]) -> tuple[Any, ...]:
     """``op`` computed in float64 from its operands, its result rounded once to its declared dtype
-    (opaque ops run as they are)."""
+    (opaque ops run as they are; a fused op's intermediate dtypes, ``scores_dtype``, stay as written)."""
     if op.name == OPAQUE:
         return _run(op, args)
     wide = [
         a.astype(np.float64) if np.dtype(a.dtype).name in FLOAT_DTYPES else a for a in map(np.asarray, args)
     ]
-    attrs = {k: "float64" if isinstance(v, str) and v in FLOAT_DTYPES else v for k, v in op.attrs.items()}
+    attrs = {k: "float64" if k == "dtype" and v in FLOAT_DTYPES else v for k, v in op.attrs.items()}
     out = np.asarray(LOWERINGS[op.name](*wide, **attrs))
     return (out.astype(jax.numpy.dtype(op.outputs[0].type.dtype)),)
 

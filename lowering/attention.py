@@ -129,9 +129,9 @@ def flash_attention(
             x = _pad(_pad(_scores_rank(x, q.ndim, dtype), -1, nk * bk, value), -2, nq * bq, value)
         padded.append(x)
     b, m = padded
-    padded = nk * bk != sk
+    ragged = nk * bk != sk  # the keys do not fill whole blocks
     masking = Masking(
-        b is not None, m is not None, fill, bool(causal), sk, padded, scale, scores_dtype, softmax_dtype
+        b is not None, m is not None, fill, bool(causal), sk, ragged, scale, scores_dtype, softmax_dtype
     )
     out = blocked_attention(Blocks(masking, bq, bk, nq, nk), q, k, v, b, m)
     return out[..., :sq, :].astype(out_dtype)

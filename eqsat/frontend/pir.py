@@ -757,8 +757,7 @@ def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
     attrs = {"op": line.name, **{k: v for k, v in line.attrs.items() if k not in _IGNORED_ATTRS}}
     if set(layout) != {"t"} and layout:
         attrs["operands"] = ",".join(layout)
-    known = {i: r.constant_value(v) for i, v in enumerate(ins)}
-    constants = {i: c for i, c in known.items() if c is not None}
+    constants = {i: c for i, v in enumerate(ins) if (c := r.constant_value(v)) is not None}
     if len(constants) == len(ins) and len(line.out_types) == len(line.results):
         folded = _folded(line, attrs, [constants[i] for i in range(len(ins))])
         if folded is not None and len(folded) == len(line.results):
