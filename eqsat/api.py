@@ -121,7 +121,8 @@ def _input_shapes(program: Program, args: Sequence[Any]) -> tuple[tuple[int, ...
     size of every dim that is not dynamic, must be the input's."""
     shapes = []
     for value, arg in zip(program.inputs, args, strict=False):
-        shape, dtype = tuple(np.shape(arg)), jax.dtypes.canonicalize_dtype(np.result_type(arg)).name
+        kind = arg.dtype if hasattr(arg, "dtype") else np.result_type(arg)  # an array, or a Python number
+        shape, dtype = tuple(np.shape(arg)), jax.dtypes.canonicalize_dtype(kind).name
         declared = program.dynamic.get(value.name or "", value.type.shape)
         fits = len(shape) == len(declared) and all(
             d in (DYNAMIC, s) for d, s in zip(declared, shape, strict=True)
