@@ -50,9 +50,10 @@ class _Progress:
 def _optimize(args: argparse.Namespace) -> int:
     import eqsat
 
-    program = eqsat.load(args.file, params=args.params, shapes=dict(args.shape or []))
+    bound = dict(args.shape or [])
+    program = eqsat.load(args.file, params=args.params, shapes=bound)
     for name, declared in program.dynamic.items():
-        if name not in dict(args.shape or []):
+        if name not in bound:
             (value,) = [v for v in program.inputs if v.name == name]
             print(
                 f"note: input {name!r} is declared {list(declared)}: optimized at {list(value.type.shape)} "

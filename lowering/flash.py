@@ -60,7 +60,7 @@ class Masking:
     ) -> tuple[Array, Opt]:
         """The block's scores in the softmax's dtype, and where they depend on q kᵀ (None: everywhere)."""
         dtype = jnp.dtype(self.scores_dtype)
-        s = product("...qd,...kd->...qk", q, k, k.dtype, jnp.promote_types(k.dtype, dtype)).astype(dtype)
+        s = product("...qd,...kd->...qk", q, k, k.dtype, dtype).astype(dtype)
         if self.scale != 1:
             s = s * jnp.asarray(self.scale, dtype)
         if bias is not None:

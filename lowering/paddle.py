@@ -34,16 +34,21 @@ def _pow(x: jax.Array, *, y: float, **_: Any) -> jax.Array:
     return jnp.power(x, jnp.asarray(y, x.dtype))
 
 
+def _normalized(
+    x: jax.Array, axes: tuple[int, ...], epsilon: float
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    variance = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(variance + epsilon), mean, variance
+
+
 def _layer_norm(
     x: jax.Array, *params: jax.Array, begin_norm_axis: int, epsilon: float, operands: str = "t,t,t", **_: Any
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``pd_op.layer_norm``: normalized over the dims from ``begin_norm_axis`` on, then scale and bias
     (each optional: ``<<NULL VALUE>>``); also the mean and variance, flattened as Paddle returns them."""
     scale, bias = _optional(params, operands, 1, 2)
-    axes = tuple(range(begin_norm_axis, x.ndim))
-    mean = jnp.mean(x, axis=axes, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
-    y = (x - mean) * jax.lax.rsqrt(var + epsilon)
+    y, mean, var = _normalized(x, tuple(range(begin_norm_axis, x.ndim)), epsilon)
     norm_shape = x.shape[begin_norm_axis:]
     if scale is not None:
         y = y * scale.reshape(norm_shape)
@@ -318,14 +323,6 @@ def _pad3d(
     widths = [(0, 0), (0, 0), *spatial] if data_format == "NCDHW" else [(0, 0), *spatial, (0, 0)]
     extra = {"constant_values": pad_value} if mode == "constant" else {}
     return jnp.pad(x, widths, mode=_PAD_MODES[mode], **extra)
-
-
-def _normalized(
-    x: jax.Array, axes: tuple[int, ...], epsilon: float
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    mean = jnp.mean(x, axis=axes, keepdims=True)
-    variance = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(variance + epsilon), mean, variance
 
 
 def _affine(y: jax.Array, scale: jax.Array | None, bias: jax.Array | None, axis: int) -> jax.Array:
