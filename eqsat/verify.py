@@ -131,7 +131,7 @@ def _distance(reference: np.ndarray, x: np.ndarray) -> float:
     finite = np.isfinite(reference)
     if (finite & ~np.isfinite(x)).any():
         return math.inf
-    return float(np.max(np.abs(np.where(finite, reference - x, 0.0)), initial=0.0))
+    return float(np.max(np.abs(np.where(finite, reference, 0.0) - np.where(finite, x, 0.0)), initial=0.0))
 
 
 def judge(reference: Any, expected: Any, got: Any, dtype: str, strict: bool = True) -> str | None:
@@ -145,7 +145,8 @@ def judge(reference: Any, expected: Any, got: Any, dtype: str, strict: bool = Tr
     want = np.asarray(expected)
     ref = np.asarray(reference).astype(want.dtype)
     problem = compare(ref, got, dtype, strict)
-    if problem is None or compare(ref, want, dtype, strict) is None or want.dtype.kind not in "fc":
+    inexact = jax.numpy.issubdtype(want.dtype, jax.numpy.inexact)  # bfloat16's numpy kind is "V"
+    if problem is None or compare(ref, want, dtype, strict) is None or not inexact:
         return problem
     r, a, b = (np.asarray(x).astype(np.float64) for x in (ref, want, got))
     if strict and not np.array_equal(np.isnan(b) | np.isinf(b), np.isnan(a) | np.isinf(a)):
