@@ -14,8 +14,8 @@ from jax import lax
 
 import eqsat
 from eqsat import Builder, Limits, ParseError
-from eqsat.rules import ALL_RULES, select
 from eqsat.lowering import reference
+from eqsat.rules import ALL_RULES, select
 from eqsat.verify import judge, validate
 
 
