@@ -23,7 +23,7 @@ from egglog import bindings
 from eqsat.errors import EqsatError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
 from eqsat.ops import EGG_SORT, FLOAT_DTYPES, OPAQUE, OPS, VARIADIC, OpDef, folds
-from eqsat.shapes import MAX_RANK, Broadcast, Matmul, Permute
+from eqsat.shapes import MAX_RANK
 
 ANALYSIS = "analysis"
 REWRITES = "rewrites"
@@ -33,7 +33,6 @@ REWRITES = "rewrites"
 for _name in ("egglog", "egglog_bridge", "egglog_experimental"):
     if logging.getLogger(_name).level == logging.NOTSET:
         logging.getLogger(_name).setLevel(logging.WARNING)
-_RANK_RULES = (Broadcast, Matmul, Permute)
 
 
 def var(attr: str) -> str:
@@ -149,7 +148,7 @@ def needs_opaque(op: Op) -> bool:
         return True
     spec = OPS[op.name]
     ranks = [v.type.rank for v in (*op.inputs, *op.outputs)]
-    if isinstance(spec.shape, _RANK_RULES) and max(ranks, default=0) > MAX_RANK:
+    if spec.shape.rank_bounded and max(ranks, default=0) > MAX_RANK:
         return True
     return op.name != "full" and any(_negative_zero(v) for v in op.attrs.values())
 

@@ -6,8 +6,6 @@ same text. Inputs, parameters and outputs appear as the pseudo-ops ``input``, ``
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,74 +13,23 @@ from typing import Any
 import numpy as np
 
 from eqsat.errors import ParseError, ShapeError
-from eqsat.text import (
-    AttrValue,
-    format_attrs,
-    format_tensor_type,
-    parse_line,
-    parse_tensor_type,
-    program_lines,
-)
+from eqsat.ops import get_op
+from eqsat.text import AttrValue, format_attrs, parse_line, parse_tensor_type, program_lines
+from eqsat.types import DTYPES, FLOAT_DTYPES, KEY_DTYPE_PREFIX, MAX_DIM, OPAQUE, TensorType, is_key_dtype
 
-DTYPES = (
-    "bool",
-    "int8",
-    "uint8",
-    "int16",
-    "uint16",
-    "int32",
-    "uint32",
-    "int64",
-    "uint64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-)
-# JAX's typed PRNG keys (``key<fry>``) pass through opaque ops; no canonical op reads them.
-KEY_DTYPE_PREFIX = "key<"
-MAX_DIM = 2**40  # larger dims are typos or corrupt input, not programs
-
-
-@functools.cache
-def _itemsize(dtype: str) -> int:
-    if is_key_dtype(dtype):
-        return 8
-    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
-
-
-def is_key_dtype(dtype: str) -> bool:
-    return dtype.startswith(KEY_DTYPE_PREFIX)
-
-
-@dataclass(frozen=True)
-class TensorType:
-    """A tensor's static shape and dtype (a numpy dtype name)."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-    def __post_init__(self) -> None:
-        if self.dtype not in DTYPES and not is_key_dtype(self.dtype):
-            raise ShapeError(f"unsupported dtype {self.dtype!r} (supported: {', '.join(DTYPES)})")
-        for d in self.shape:
-            if isinstance(d, bool) or not isinstance(d, int | np.integer) or not 0 <= d <= MAX_DIM:
-                raise ShapeError(f"bad dimension {d!r} in shape {self.shape}: dims are integers in 0..2**40")
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(map(int, self.shape))
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * _itemsize(self.dtype)
-
-    def __str__(self) -> str:
-        return format_tensor_type(self.shape, self.dtype)
+__all__ = [
+    "DTYPES",
+    "FLOAT_DTYPES",
+    "KEY_DTYPE_PREFIX",
+    "MAX_DIM",
+    "OPAQUE",
+    "Op",
+    "Program",
+    "TensorType",
+    "Value",
+    "is_key_dtype",
+    "parse_program",
+]
 
 
 class Value:
@@ -149,10 +96,8 @@ class Program:
 
     def add_op(self, name: str, inputs: Sequence[Value], **attrs: AttrValue) -> Value:
         """Append a canonical op, inferring (and checking) its output type; return its output."""
-        from eqsat.ops import get_op
-
         spec = get_op(name)
-        attrs = spec.normalize(inputs, attrs)
+        attrs = spec.normalize([v.type for v in inputs], attrs)
         out = Value(spec.infer([v.type for v in inputs], attrs))
         self.ops.append(Op(name, tuple(inputs), attrs, (out,)))
         return out
@@ -206,8 +151,6 @@ class Program:
 
 def parse_program(text: str) -> Program:
     """Parse eqsat's text form (what ``str(program)`` prints); errors name the line and the reason."""
-    from eqsat.ops import OPAQUE
-
     program = Program()
     env: dict[str, Value] = {}
     for number, raw in program_lines(text):

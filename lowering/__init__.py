@@ -1,4 +1,6 @@
-"""Program -> pure JAX function. Each op's lowering is one function registered under the op's name."""
+"""Program -> pure JAX function: each canonical op runs as the lowering its definition holds
+(``eqsat.ops``); an opaque op as its JAX primitive or the meaning registered for its name (Paddle's
+ops in ``eqsat.lowering.paddle``)."""
 
 from __future__ import annotations
 
@@ -11,21 +13,11 @@ import numpy as np
 
 from eqsat.errors import UnsupportedError
 from eqsat.ir import Op, Program
-from eqsat.ops import FLOAT_DTYPES, OPAQUE
+from eqsat.ops import OPS, Lowering
+from eqsat.types import FLOAT_DTYPES, OPAQUE
 
-Lowering = Callable[..., Any]
-LOWERINGS: dict[str, Lowering] = {}
+LOWERINGS: dict[str, Lowering] = {name: op.lower for name, op in OPS.items() if op.lower is not None}
 OPAQUE_LOWERINGS: dict[str, Lowering] = {}
-
-
-def register(name: str) -> Callable[[Lowering], Lowering]:
-    """Register the JAX lowering of canonical op ``name``: ``fn(*inputs, **attrs) -> array``."""
-
-    def deco(fn: Lowering) -> Lowering:
-        LOWERINGS[name] = fn
-        return fn
-
-    return deco
 
 
 def register_opaque(op_name: str, fn: Lowering) -> None:
@@ -107,7 +99,7 @@ def lower(program: Program) -> Callable[..., tuple[jax.Array, ...]]:
 def _lowered(
     program: Program, run: Callable[[Op, list[Any]], tuple[Any, ...]], x64: bool = False
 ) -> Callable[..., tuple[Any, ...]]:
-    from . import attention, jax_ops, paddle  # noqa: F401  (register the lowerings)
+    from . import paddle  # noqa: F401  (register Paddle's ops)
 
     ops = program.live_ops()
     bound = {

@@ -16,7 +16,7 @@ from typing import Any
 
 from eqsat.egraph import ANALYSIS
 from eqsat.ir import TensorType
-from eqsat.shapes import CONV_AXES, LAYOUTS
+from eqsat.ops.conv import CONV_AXES, LAYOUTS
 
 from .base import MultiVariant, Rule, Variant, both_ways, rand_shape, vec
 from .fusion import CONSTANT_WEIGHT

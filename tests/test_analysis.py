@@ -1,4 +1,4 @@
-"""The e-graph's shape and dtype analysis agrees with the Python shape rules of eqsat/ops.py.
+"""The e-graph's shape and dtype analysis agrees with the Python shape rules of eqsat/ops.
 
 Programs are encoded without their op types (``encode(typed=False)``), so the analysis derives every
 one of them; optimize states them all and the analysis then only confirms them."""

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import eqsat
-from eqsat import Builder, Limits, ops, verify
+from eqsat import Builder, Limits, verify
 from eqsat.lowering import lower
-from eqsat.lowering.attention import flash_attention, naive_attention
+from eqsat.ops import flash
+from eqsat.ops.attention import flash_attention, naive_attention
 from eqsat.verify import validate
 
 ATTENTION_OPS = {"attention", "flash_attention"}
@@ -157,7 +158,7 @@ def flash_path(request, monkeypatch):
     """Run the flash lowering both ways: query blocks with an exact softmax over all keys (scores fit
     the budget), and the online softmax streaming over key blocks (budget 0)."""
     if request.param == "online-softmax":
-        monkeypatch.setattr(ops, "FLASH_SCORES_BUDGET", 0)
+        monkeypatch.setattr(flash, "FLASH_SCORES_BUDGET", 0)
     return request.param
 
 
@@ -168,8 +169,8 @@ F32_SOFTMAX = {"scores_dtype": "float32", "softmax_dtype": "float32"}  # the op'
 def _flash(q, k, v, bias=NO_BIAS, mask=KEEP_ALL, scale=0.125, **masking):
     """flash_attention under jit, traced afresh (the budget may differ), on the path the test means.
     bias and mask are closed over: numpy ones (NO_BIAS, KEEP_ALL) stay known to the lowering."""
-    streams = ops.flash_blocks(prod(q.shape[:-2]), q.shape[-2], k.shape[-2])[3] > 1
-    assert streams == (ops.FLASH_SCORES_BUDGET == 0 and k.shape[-2] > ops.FLASH_BLOCK_K)
+    streams = flash.flash_blocks(prod(q.shape[:-2]), q.shape[-2], k.shape[-2])[3] > 1
+    assert streams == (flash.FLASH_SCORES_BUDGET == 0 and k.shape[-2] > flash.FLASH_BLOCK_K)
     masking = {"fill": -np.inf, "causal": 0, **F32_SOFTMAX, **masking}
     return jax.jit(lambda q, k, v: flash_attention(q, k, v, bias, mask, scale=scale, **masking))(q, k, v)
 
@@ -403,9 +404,9 @@ def test_flash_gradients_keep_half_precision_scores(dtype):
 
     with jax.enable_x64(True):
         want = jax.grad(reference, argnums=(0, 1, 2))(*(t.astype(jnp.float64) for t in (q, k, v)))
-    for w, naive, flash in zip(want, grads(naive_attention), grads(flash_attention), strict=True):
+    for w, naive, streamed in zip(want, grads(naive_attention), grads(flash_attention), strict=True):
         w = np.asarray(w)
         naive_error, flash_error = (
-            np.abs(np.asarray(g, np.float64) - w).max() / np.abs(w).max() for g in (naive, flash)
+            np.abs(np.asarray(g, np.float64) - w).max() / np.abs(w).max() for g in (naive, streamed)
         )
         assert flash_error <= max(naive_error, verify.tolerance(dtype))

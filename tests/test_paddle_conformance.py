@@ -136,6 +136,17 @@ CASES = [
             "divide": paddle.divide,
             "floor_divide": paddle.floor_divide,
             "remainder": paddle.remainder,
+            "bitwise_and": paddle.bitwise_and,
+            "bitwise_or": paddle.bitwise_or,
+            "bitwise_not": lambda x, y: paddle.bitwise_not(x) + y,
+        }.items()
+    ),
+    *(
+        _elementwise(f"{name}-bool", fn, X, Y)
+        for name, fn in {
+            "bitwise_and": lambda x, y: paddle.bitwise_and(x > 0, y > 0),
+            "bitwise_or": lambda x, y: paddle.bitwise_or(x > 0, y > 0),
+            "bitwise_not": lambda x, y: paddle.bitwise_not(x > y),
         }.items()
     ),
     # layout

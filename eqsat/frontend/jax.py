@@ -23,40 +23,10 @@ from jax.extend import core as jcore
 
 from eqsat.errors import ShapeError, UnsupportedError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
-from eqsat.ops import FLOAT_DTYPES, OPAQUE
+from eqsat.ops import FLOAT_DTYPES, OPAQUE, OPS
 
-_BINARY = {
-    "add": "add",
-    "sub": "sub",
-    "mul": "mul",
-    "rem": "rem",
-    "max": "maximum",
-    "min": "minimum",
-    "add_any": "add",
-    "pow": "pow",
-    "eq": "eq",
-    "ne": "ne",
-    "lt": "lt",
-    "le": "le",
-    "gt": "gt",
-    "ge": "ge",
-    "and": "logical_and",
-    "or": "logical_or",
-}
-_UNARY = {
-    "exp": "exp",
-    "log": "log",
-    "tanh": "tanh",
-    "logistic": "sigmoid",
-    "neg": "neg",
-    "sqrt": "sqrt",
-    "rsqrt": "rsqrt",
-    "is_finite": "is_finite",
-    "sin": "sin",
-    "cos": "cos",
-    "not": "logical_not",
-}
-# IEEE-correctly-rounded primitives: computed on constants at trace time, as on any device
+# JAX primitives that are one canonical op of the same operands, from the ops' definitions.
+_SPELLED = {prim: op.name for op in OPS.values() for prim in op.jax}
 _FOLDABLE = {"add", "sub", "mul", "div", "sqrt", "neg", "max", "min", "convert_element_type"}
 _IDENTITY = {"stop_gradient", "copy", "copy_p", "optimization_barrier_identity"}
 _INLINE = {
@@ -152,10 +122,8 @@ class _Tracer:
         folded = self.fold(eqn, ins)
         if folded is not None:
             return [folded]
-        if name in _BINARY:
-            return [self.op(_BINARY[name], *ins)]
-        if name in _UNARY:
-            return [self.op(_UNARY[name], *ins)]
+        if name in _SPELLED:
+            return [self.op(_SPELLED[name], *ins)]
         if name in _IDENTITY:
             return ins
         if name == "custom_jvp_call" and _custom_name(params) in _RECOGNIZED_CUSTOM_JVP:

@@ -29,8 +29,8 @@ from eqsat.errors import ParseError, ShapeError
 from eqsat.frontend.paddle_json import json_lines
 from eqsat.frontend.paddle_params import Params, bind_params
 from eqsat.ir import Op, Program, TensorType, Value
-from eqsat.ops import OPAQUE
-from eqsat.shapes import CONV_AXES
+from eqsat.ops import OPAQUE, OPS
+from eqsat.ops.conv import CONV_AXES
 from eqsat.text import (
     DYNAMIC,
     DYNAMIC_DEFAULT,
@@ -43,23 +43,8 @@ from eqsat.text import (
     split_top,
 )
 
-_UNARY = {
-    "pd.relu": "relu",
-    "pd.exp": "exp",
-    "pd.log": "log",
-    "pd.tanh": "tanh",
-    "pd.sigmoid": "sigmoid",
-    "pd.sqrt": "sqrt",
-    "pd.rsqrt": "rsqrt",
-}
-_BINARY = {
-    "pd.add": "add",
-    "pd.subtract": "sub",
-    "pd.multiply": "mul",
-    "pd.divide": "div",
-    "pd.maximum": "maximum",
-    "pd.minimum": "minimum",
-}
+# Paddle ops that are one canonical op of the same operands, from the ops' definitions.
+_SPELLED = {name: op for op in OPS.values() for name in op.paddle}
 _IGNORED_ATTRS = {"place", "stop_gradient", "persistable"}
 _MAX_KEPT_CONSTANT = 4096  # elements of a constant whose contents the reader keeps
 
@@ -726,14 +711,10 @@ def _pool2d(r: _Reader, line: Line) -> list[Value | list[Value]]:
     return [r.add(line, "pool2d", [x], kind=kind, **attrs)]
 
 
-def _unary(r: _Reader, line: Line) -> list[Value]:
-    _arity(line, 1)
-    return [r.add(line, _UNARY[_canonical(line.name)], [r.tensor(line, line.operands[0])])]
-
-
-def _binary(r: _Reader, line: Line) -> list[Value]:
-    _arity(line, 2)
-    return [r.add(line, _BINARY[_canonical(line.name)], [r.tensor(line, o) for o in line.operands])]
+def _spelled(r: _Reader, line: Line) -> list[Value]:
+    op = _SPELLED[_canonical(line.name)]
+    _arity(line, op.arity)
+    return [r.add(line, op.name, [r.tensor(line, o) for o in line.operands])]
 
 
 def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
@@ -885,7 +866,6 @@ HANDLERS: dict[str, Handler] = {
     "pd.data": _data,
     "pd.parameter": _parameter,
     "pd.fetch": _fetch,
-    **dict.fromkeys(_UNARY, _unary),
     "pd.gelu": _gelu,
     "pd.dropout": _dropout,
     "pd.conv2d": _conv2d,
@@ -910,7 +890,7 @@ HANDLERS: dict[str, Handler] = {
     "pd.shape64": _shape_of,
     "pd.fc": _fc,
     "pd.multihead_matmul": _multihead_matmul,
-    **dict.fromkeys(_BINARY, _binary),
+    **dict.fromkeys(_SPELLED, _spelled),
 }
 
 

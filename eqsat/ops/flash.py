@@ -29,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from eqsat.devices import FUSED_CPU_ATTENTION
+
 Array = jax.Array
 Opt = Array | None
 Grads = tuple[Array, Opt, Array, Array]  # dq, dbias (running, full size), dk, dv (of one key block)
@@ -36,6 +38,29 @@ Grads = tuple[Array, Opt, Array, Array]  # dq, dbias (running, full size), dk, d
 BACKWARD_BLOCK = 256
 PV = "...qk,...kd->...qd"  # probabilities times values (and score gradients times keys)
 KV = "...qk,...qd->...kd"  # probabilities or score gradients, transposed, times query rows
+FLASH_BLOCK_Q = 256  # queries per block of the online softmax
+FLASH_BLOCK_K = 512  # keys per step of the online softmax
+FLASH_EXACT_BLOCK_Q = 512  # queries per block when a block's scores fit FLASH_SCORES_BUDGET
+# bytes of f32 scores one query block may hold and still take an exact one-pass softmax: this CPU's
+# L3 where XLA fuses the block into one kernel, half of it where the block's scores make several passes
+FLASH_SCORES_BUDGET = (32 if FUSED_CPU_ATTENTION else 16) * 2**20
+
+
+def flash_blocks(rows: int, queries: int, keys: int) -> tuple[int, int, int, int]:
+    """(query block, key block, query blocks, key blocks) for ``rows`` (batch × heads) of these
+    lengths: all keys in one block when that block's scores fit the budget, else blocks streamed by
+    the online softmax. The lowering and the cost model both ask here."""
+    bq = max(1, min(FLASH_EXACT_BLOCK_Q, queries))
+    if 4 * rows * bq * keys <= FLASH_SCORES_BUDGET:
+        return bq, max(1, keys), -(-queries // bq), 1
+    bq, bk = max(1, min(FLASH_BLOCK_Q, queries)), max(1, min(FLASH_BLOCK_K, keys))
+    return bq, bk, -(-queries // bq), -(-keys // bk)
+
+
+def flash_key_blocks(i: int, bq: int, bk: int, nk: int, causal: bool) -> int:
+    """How many key blocks query block ``i`` visits: all, or under a causal mask those holding a key
+    at or before its last query (the later ones are masked out entirely)."""
+    return min(nk, -(-(i + 1) * bq // bk)) if causal and nk > 1 else nk
 
 
 @dataclass(frozen=True)

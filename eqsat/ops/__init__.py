@@ -1,0 +1,85 @@
+"""The canonical ops, one home each, grouped by family: ``elementwise``, ``layout``, ``linear``,
+``reduce``, ``attention``, ``conv``. An op's ``OpDef`` (``eqsat.ops.base``) holds its attributes, its
+shape and dtype rule (one source for the Python check and the e-graph's analysis), its cost features,
+its JAX lowering and the JAX primitives and Paddle ops that map to it. Everything else is derived from
+``OPS``: the egglog constructors (``transpose`` -> ``(Transpose Tensor IVec)``), the frontends' tables of
+spellings, the lowering registry. Adding an op is one entry in its family's module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Set
+
+from eqsat.types import FLOAT_DTYPES, OPAQUE, accumulation_dtype
+
+from .attention import ATTENTION
+from .base import (
+    ACCUMULATE,
+    EGG_SORT,
+    LIKE_INPUT,
+    VARIADIC,
+    Attr,
+    Kernel,
+    Lowering,
+    OpDef,
+)
+from .conv import CONV
+from .elementwise import ARITHMETIC, FMA, FULL, IOTA, SELECT, UNARY
+from .layout import LAYOUT
+from .linear import LINEAR, MATMUL
+from .reduce import REDUCTIONS, SOFTMAX
+
+__all__ = [
+    "ACCUMULATE",
+    "EGG_SORT",
+    "FLOAT_DTYPES",
+    "FOLDABLE",
+    "LIKE_INPUT",
+    "OPAQUE",
+    "OPS",
+    "VARIADIC",
+    "Attr",
+    "Kernel",
+    "Lowering",
+    "OpDef",
+    "accumulation_dtype",
+    "folds",
+    "get_op",
+]
+
+# In the order the e-graph's schema declares them (kept from before the families: the greedy extractor
+# breaks cost ties by it).
+_ORDER = [
+    FULL,
+    MATMUL,
+    *ARITHMETIC,
+    IOTA,
+    *UNARY,
+    *LAYOUT,
+    *REDUCTIONS,
+    LINEAR,
+    FMA,
+    *ATTENTION,
+    SELECT,
+    SOFTMAX,
+]
+OPS: dict[str, OpDef] = {op.name: op for op in [*_ORDER, *CONV]}
+# Ops XLA's constant folding evaluates at compile time when all their inputs are constants: weights
+# packed (concat), laid out, or rescaled (a batch norm folded into a conv's weights) cost nothing.
+FOLDABLE = frozenset(
+    {"concat", "reshape", "transpose", "expand"} | {n for n, op in OPS.items() if op.elementwise}
+)
+
+
+def folds(op: str, inputs: Set[Hashable], constants: Set[Hashable], fulls: Set[Hashable]) -> bool:
+    """Whether XLA computes ``op`` at compile time: it is foldable and its inputs are constants or
+    ``full``s, at least one a constant (XLA keeps an op of broadcast scalars alone a broadcast)."""
+    return op in FOLDABLE and bool(inputs & constants) and inputs <= constants | fulls
+
+
+def get_op(name: str) -> OpDef:
+    """The definition of canonical op ``name``; ``KeyError`` with the known names otherwise."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown op {name!r} (known: {', '.join(OPS)}, {OPAQUE})") from None

@@ -1,0 +1,257 @@
+"""Attention: ``attention`` (scores materialized) and ``flash_attention`` (streamed over key blocks
+with the stats-form softmax; the kernel is ``eqsat.ops.flash``), their shape rule, costs and
+lowerings.
+
+Both lowerings round where the program they were recognized from rounds (the scores' and the softmax's
+dtypes are attributes). ``flash_attention`` scales and pads its inputs to whole blocks —
+``flash.flash_blocks`` picks them, as the cost model does — and runs ``flash.blocked_attention``, which
+never materializes the S×S scores, skips causal blocks, and has its own blocked backward pass. Both
+keep the meaning of masks: with a ``-inf`` fill a fully masked row gives ``0/0`` (NaN), as naive softmax
+does; with a finite fill it is the uniform average. On a GPU backend, float16/bfloat16 inputs of rank 4
+go to cuDNN's fused attention (``jax.nn.dot_product_attention(implementation="cudnn")``) when it
+accepts them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from eqsat.errors import ShapeError
+from eqsat.shapes import EggRule, Shape, ShapeRule, broadcasts_to
+from eqsat.types import FLOAT_DTYPES, TensorType
+
+from .base import ACCUMULATE, Attr, Kernel, OpDef, PhasesFn
+from .flash import Blocks, Masking, blocked_attention, flash_blocks, flash_key_blocks
+
+
+@dataclass(frozen=True)
+class Attention(ShapeRule):
+    """``softmax(where(mask, q kᵀ·scale + bias, fill)) v``: q (..., Sq, D), k (..., Sk, D),
+    v (..., Sk, Dv) -> (..., Sq, Dv); k's and v's batch dims broadcast to q's (grouped-query attention:
+    one kv head for a group of query heads), bias and mask broadcast to the scores (..., Sq, Sk)."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        q, k, v, bias, mask = shapes
+        fits = len(q) == len(k) == len(v) >= 2 and all(broadcasts_to(t[:-2], q[:-2]) for t in (k, v))
+        if not fits:
+            raise ShapeError(
+                f"attention needs q, k, v of one rank, k's and v's batch dims broadcasting to q's, "
+                f"got {q}, {k}, {v}"
+            )
+        if q[-1] != k[-1] or k[-2] != v[-2]:
+            raise ShapeError(f"attention of q {q}, k {k}, v {v}: head dims or key lengths differ")
+        scores = (*q[:-1], k[-2])
+        for name, shape in (("bias", bias), ("mask", mask)):
+            if not broadcasts_to(shape, scores):
+                raise ShapeError(f"attention {name} {shape} does not broadcast to the scores {scores}")
+        return (*q[:-1], v[-1])
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        q, v = pattern["s0"], pattern["s2"]
+        return [("", f"(vec-set {q} (- (vec-length {q}) 1) (vec-get {v} (- (vec-length {v}) 1)))")]
+
+
+def _attention_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
+    scores = prod(q[:-1]) * k[-2]
+    return 2.0 * scores * q[-1] + 2.0 * scores * v[-1] + 5.0 * scores
+
+
+def _attention_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
+    """Naive attention is three kernels: q kᵀ writes the f32 scores, softmax reads and writes them,
+    the product with v reads them back."""
+    q, k, v = (t.shape for t in ins[:3])
+    scores = prod(q[:-1]) * k[-2]
+    s_bytes = 4.0 * scores
+    return [
+        Kernel(2.0 * scores * q[-1], ins[0].nbytes + ins[1].nbytes + s_bytes),
+        Kernel(5.0 * scores, 2 * s_bytes + sum(t.nbytes for t in ins[3:] if t.size > 1)),  # scalars fold
+        Kernel(2.0 * scores * v[-1], s_bytes + ins[2].nbytes + out.nbytes),
+    ]
+
+
+def _flash_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
+    """One fused step per (query block, key block) it visits — under a causal mask, only the key
+    blocks at or before the query block's last row: its share of the work, the key/value block it
+    reads, and the f32 accumulator and (max, sum) stats it reads and writes."""
+    q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
+    rows = prod(q[:-2])
+    bq, bk, nq, nk = flash_blocks(rows, q[-2], k[-2])
+    steps = sum(flash_key_blocks(i, bq, bk, nk, bool(attrs.get("causal"))) for i in range(nq))
+    state = 4.0 * rows * bq * (v[-1] + 2)
+    io = sum(t.nbytes for t in ins) + out.nbytes
+    flops = _attention_flops(ins, out, attrs) / max(nq * nk, 1)
+    return [Kernel(flops, io / nk + 2 * state, True)] * steps
+
+
+def _attention_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
+    if types[0].dtype not in FLOAT_DTYPES:
+        return f"needs floating-point q, k, v, got {types[0].dtype}"
+    narrow = [a for a in ("scores_dtype", "softmax_dtype") if attrs[a] not in FLOAT_DTYPES]
+    if narrow:
+        return f"{narrow[0]} must be a floating-point dtype, got {attrs[narrow[0]]}"
+    if types[3].dtype not in (types[0].dtype, "float32", attrs["scores_dtype"]):
+        return f"bias must be of q's dtype, float32 or the scores' dtype, got {types[3].dtype}"
+    return None if types[4].dtype == "bool" else f"mask must be bool, got {types[4].dtype}"
+
+
+Array = jax.Array
+
+
+def _known(x: Array, value: float | bool) -> bool:
+    """``x`` is known at trace time to hold only ``value`` (a zero bias, an all-true mask)."""
+    return isinstance(x, np.ndarray) and bool((x == value).all())
+
+
+def _optional(bias: Array, mask: Array) -> tuple[Array | None, Array | None]:
+    return (None if _known(bias, 0) else bias), (None if _known(mask, True) else mask)
+
+
+def naive_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    bias: Array,
+    mask: Array,
+    *,
+    scale: float,
+    fill: float,
+    causal: int,
+    scores_dtype: str,
+    softmax_dtype: str,
+) -> Array:
+    """The program as written: scores, softmax and probabilities rounded where it rounds them."""
+    b, m = _optional(bias, mask)
+    precision = (scores_dtype, softmax_dtype)
+    masking = Masking(b is not None, m is not None, fill, bool(causal), k.shape[-2], False, scale, *precision)
+    scores, _ = masking.scores(q, k, 0, 0, b, m)
+    probabilities = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+    return jnp.matmul(probabilities, v, preferred_element_type=q.dtype)
+
+
+def _cudnn(
+    q: Array, k: Array, v: Array, bias: Array | None, mask: Array | None, scale: float, causal: bool
+) -> Array | None:
+    """cuDNN fused attention for (B, H, S, D) half-precision inputs on GPU without a boolean mask,
+    else None."""
+    if jax.default_backend() != "gpu" or q.ndim != 4 or q.dtype not in (jnp.float16, jnp.bfloat16):
+        return None
+    if mask is not None:
+        return None
+    try:
+        full = None if bias is None else jnp.broadcast_to(bias, (*q.shape[:-1], k.shape[-2])).astype(q.dtype)
+        out = jax.nn.dot_product_attention(
+            *(jnp.swapaxes(t, 1, 2) for t in (q, k, v)),
+            bias=full,
+            scale=scale,
+            is_causal=causal,
+            implementation="cudnn",
+        )
+    except Exception:  # cuDNN rejects this layout, size or version: use the portable path
+        return None
+    return jnp.swapaxes(out, 1, 2)
+
+
+def _pad(x: Array, axis: int, length: int, value: float | bool = 0) -> Array:
+    """Pad ``axis`` with ``value`` up to ``length`` (no copy when it has it, or broadcasts there)."""
+    pad = length - x.shape[axis]
+    if not pad or x.shape[axis] == 1:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths, constant_values=value)
+
+
+def _scores_rank(x: Array, rank: int, dtype: object) -> Array:
+    return x.reshape((1,) * (rank - x.ndim) + x.shape).astype(dtype)
+
+
+def flash_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    bias: Array,
+    mask: Array,
+    *,
+    scale: float,
+    fill: float,
+    causal: int,
+    scores_dtype: str,
+    softmax_dtype: str,
+) -> Array:
+    if not (q.size and k.size and v.size):  # nothing to stream: the empty result the program gives
+        precision = {"scores_dtype": scores_dtype, "softmax_dtype": softmax_dtype}
+        return naive_attention(q, k, v, bias, mask, scale=scale, fill=fill, causal=causal, **precision)
+    b, m = _optional(bias, mask)
+    out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
+    acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
+    if scores_dtype == softmax_dtype == "float32":  # cuDNN keeps float32 scores, as the program does
+        fused = _cudnn(q, k, v, b, m, scale, bool(causal))
+        if fused is not None:
+            return fused
+    bq, bk, nq, nk = flash_blocks(prod(q.shape[:-2]), sq, sk)
+    if q.dtype == acc_dtype == scores_dtype:  # scaling q costs less than scaling the scores
+        q, scale = q * jnp.asarray(scale, acc_dtype), 1.0
+    q, k, v = _pad(q, -2, nq * bq), _pad(k, -2, nk * bk), _pad(v, -2, nk * bk)
+    padded = []
+    # padding keys are masked out by the padding itself; padding rows keep every key, so their
+    # (discarded) softmax stays finite and adds nothing to the gradients
+    for x, dtype, value in ((b, acc_dtype, 0.0), (m, jnp.bool_, True)):
+        if x is not None:
+            x = _pad(_pad(_scores_rank(x, q.ndim, dtype), -1, nk * bk, value), -2, nq * bq, value)
+        padded.append(x)
+    b, m = padded
+    ragged = nk * bk != sk  # the keys do not fill whole blocks
+    masking = Masking(
+        b is not None, m is not None, fill, bool(causal), sk, ragged, scale, scores_dtype, softmax_dtype
+    )
+    out = blocked_attention(Blocks(masking, bq, bk, nq, nk), q, k, v, b, m)
+    return out[..., :sq, :].astype(out_dtype)
+
+
+def _attention(name: str, doc: str, phases: PhasesFn, lower: object) -> OpDef:
+    """The attention ops differ only in how they run (their kernels), not in what they compute."""
+    return OpDef(
+        name,
+        5,
+        doc,
+        (
+            Attr("scale", "float"),
+            Attr("fill", "float", -math.inf),
+            Attr("causal", "int", 0, (0, 1)),
+            Attr("scores_dtype", "str", ACCUMULATE),
+            Attr("softmax_dtype", "str", ACCUMULATE),
+        ),
+        Attention(),
+        flops=_attention_flops,
+        phases=phases,
+        same_dtype=(0, 1, 2),
+        check=_attention_operands,
+        lower=lower,  # type: ignore[arg-type]
+    )
+
+
+ATTENTION = [
+    _attention(
+        "attention",
+        "softmax(where(mask, q kᵀ·scale + bias, fill)) v (q, k, v, bias, mask); causal: the mask also "
+        "keeps only keys j <= query i. Rounded where the program rounds: q kᵀ, its scaling, the bias "
+        "and the fill in scores_dtype; the softmax in softmax_dtype; the probabilities in q's dtype, "
+        "their product with v accumulated in float32 or wider and returned in q's dtype (both dtypes "
+        "default to q's, at least float32); scores materialized",
+        _attention_phases,
+        naive_attention,
+    ),
+    _attention(
+        "flash_attention",
+        "attention streamed over key blocks with the online (stats-form) softmax: no S×S scores",
+        _flash_phases,
+        flash_attention,
+    ),
+]

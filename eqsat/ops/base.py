@@ -1,0 +1,199 @@
+"""What an op is: ``OpDef`` (attributes, shape and dtype rule, cost features, JAX lowering, framework
+spellings) and the helpers the op families share. The families (``elementwise``, ``layout``,
+``linear``, ``reduce``, ``attention``, ``conv``) define the ops; ``eqsat.ops`` collects them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+from eqsat.errors import ShapeError
+from eqsat.shapes import SameAs, ShapeRule
+from eqsat.text import AttrValue
+from eqsat.types import DTYPES, FLOAT_DTYPES, TensorType, accumulation_dtype
+
+VARIADIC = -1
+AttrKind = Literal["int", "ints", "float", "str"]
+EGG_SORT: dict[str, str] = {"int": "i64", "ints": "IVec", "float": "f64", "str": "String"}
+FlopsFn = Callable[[Sequence[TensorType], TensorType, dict], float]
+DtypeCheck = Callable[[Sequence[TensorType], dict], str | None]
+Lowering = Callable[..., Any]  # ``fn(*operands, **attrs) -> array``: an op's meaning in JAX
+
+# The default of a ``dtype`` attribute that means "the dtype of the first operand".
+LIKE_INPUT = "like-input"
+# The default of a dtype attribute that means "the first operand's dtype, at least float32" (where
+# half-precision work accumulates).
+ACCUMULATE = "accumulate"
+
+
+class Kernel(NamedTuple):
+    """One kernel an op runs as: its arithmetic, its memory traffic, and whether it is a step of a
+    sequential device loop."""
+
+    flops: float
+    bytes: float
+    loop_step: bool = False
+
+
+PhasesFn = Callable[[Sequence[TensorType], TensorType, dict], list[Kernel]]
+
+
+@dataclass(frozen=True)
+class Attr:
+    name: str
+    kind: AttrKind
+    default: AttrValue | None = None
+    choices: tuple[str | int, ...] = ()
+
+
+def elementwise_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    return float(out.size)
+
+
+def no_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    return 0.0
+
+
+def io_bytes(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    return float(sum(t.nbytes for t in ins) + out.nbytes)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One canonical op, in one place.
+
+    ``dtype``: index of the input whose dtype the result has, or an attribute name, or a dtype.
+    ``lower``: its JAX lowering, ``fn(*operands, **attrs)``. ``jax`` and ``paddle``: the JAX primitives
+    and Paddle ops (``pd.exp``; Paddle 3 prints ``pd_op.exp``) that mean exactly this op of the same
+    operands, with no attributes to translate; spellings that need translating have a handler in
+    their frontend instead.
+    """
+
+    name: str
+    arity: int
+    doc: str
+    attrs: tuple[Attr, ...] = ()
+    shape: ShapeRule = field(default_factory=SameAs)
+    dtype: int | str = 0
+    flops: FlopsFn = elementwise_flops
+    bytes: FlopsFn = io_bytes
+    phases: PhasesFn | None = None
+    view: bool = False
+    elementwise: bool = False
+    same_dtype: tuple[int, ...] = ()
+    axis_attr: str | None = None
+    check: DtypeCheck | None = None
+    lower: Lowering | None = field(default=None, compare=False)
+    jax: tuple[str, ...] = ()
+    paddle: tuple[str, ...] = ()
+
+    @property
+    def ctor(self) -> str:
+        """The egglog constructor name: ``reduce_max`` -> ``ReduceMax``."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+    def cost_phases(
+        self, ins: Sequence[TensorType], out: TensorType, attrs: dict
+    ) -> list[tuple[float, float]]:
+        """(flops, bytes moved) per kernel this op runs as; view ops run as none."""
+        if self.view:
+            return []
+        if self.phases is not None:
+            return self.phases(ins, out, attrs)
+        return [Kernel(self.flops(ins, out, attrs), self.bytes(ins, out, attrs))]
+
+    def normalize(self, types: Sequence[TensorType], attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
+        """Check arity and attributes (given the operands' types), fill defaults, coerce kinds and make
+        axes non-negative."""
+        if self.arity != VARIADIC and len(types) != self.arity:
+            raise ShapeError(f"{self.name} takes {self.arity} operands, got {len(types)}")
+        if self.arity == VARIADIC and not types:
+            raise ShapeError(f"{self.name} needs at least one operand")
+        known = {a.name for a in self.attrs}
+        extra = set(attrs) - known
+        if extra:
+            raise ShapeError(f"{self.name} has no attribute {sorted(extra)[0]!r} (has: {sorted(known)})")
+        out: dict[str, AttrValue] = {}
+        for a in self.attrs:
+            value = attrs.get(a.name, a.default)
+            if value is None:
+                raise ShapeError(f"{self.name} needs attribute {a.name!r}")
+            if value == LIKE_INPUT:
+                value = types[0].dtype
+            elif value == ACCUMULATE:
+                value = accumulation_dtype(types[0].dtype)
+            out[a.name] = _coerce(self.name, a, value)
+        if self.axis_attr:
+            rank = types[0].rank
+            axis = int(out[self.axis_attr])  # type: ignore[arg-type]
+            if not -rank <= axis < rank:
+                raise ShapeError(f"{self.name}: axis {axis} out of range for rank {rank}")
+            out[self.axis_attr] = axis % rank
+        return out
+
+    def infer(self, types: Sequence[TensorType], attrs: dict) -> TensorType:
+        """The output type; raises :class:`ShapeError` with the reason if the operands do not fit."""
+        same = (0, 1) if self.elementwise and len(types) == 2 else self.same_dtype
+        if len({types[i].dtype for i in same}) > 1:
+            raise ShapeError(f"{self.name} of different dtypes {', '.join(types[i].dtype for i in same)}")
+        problem = self.check(types, attrs) if self.check else None
+        if problem:
+            raise ShapeError(f"{self.name}: {problem}")
+        shape = self.shape.infer([t.shape for t in types], attrs)
+        if isinstance(self.dtype, int):
+            dtype = types[self.dtype].dtype
+        else:
+            dtype = self.dtype if self.dtype in DTYPES else str(attrs[self.dtype])
+        return TensorType(tuple(int(d) for d in shape), dtype)
+
+
+def _coerce(op: str, attr: Attr, value: AttrValue) -> AttrValue:
+    bad = ShapeError(f"{op}: attribute {attr.name} must be {attr.kind}, got {value!r}")
+    match attr.kind:
+        case "int":
+            if isinstance(value, bool | int | np.integer):
+                if attr.choices and int(value) not in attr.choices:
+                    raise ShapeError(f"{op}: {attr.name} must be one of {attr.choices}, got {value!r}")
+                return int(value)
+        case "float":
+            if isinstance(value, bool | int) and float(value) != value:
+                raise ShapeError(f"{op}: {attr.name} {value} is not exactly a float (use a constant tensor)")
+            if isinstance(value, int | float):
+                return float(value)
+        case "ints":
+            if isinstance(value, tuple | list) and all(isinstance(v, int | np.integer) for v in value):
+                return tuple(int(v) for v in value)
+        case "str":
+            if isinstance(value, str):
+                if attr.name.endswith("dtype") and value not in DTYPES:
+                    raise ShapeError(f"{op}: unsupported dtype {value!r}")
+                if attr.choices and value not in attr.choices:
+                    raise ShapeError(
+                        f"{op}: {attr.name} must be one of {', '.join(attr.choices)}, got {value!r}"
+                    )
+                return value
+    raise bad
+
+
+def floats(types: Sequence[TensorType], attrs: dict) -> str | None:
+    """Dtype check: the first operand is floating point."""
+    return None if types[0].dtype in FLOAT_DTYPES else f"needs a floating-point operand, got {types[0].dtype}"
+
+
+def numeric(types: Sequence[TensorType], attrs: dict) -> str | None:
+    """Dtype check: no operand is bool."""
+    bad = [t.dtype for t in types if t.dtype == "bool" or t.dtype not in DTYPES]
+    return f"arithmetic on {bad[0]}" if bad else None
+
+
+def one_dtype(types: Sequence[TensorType], attrs: dict) -> str | None:
+    """Dtype check: all operands share one dtype."""
+    return None if len({t.dtype for t in types}) == 1 else "operands of different dtypes"
+
+
+AXIS = Attr("axis", "int")
+RESULT_DTYPE = Attr("dtype", "str", LIKE_INPUT)
+ACT = Attr("act", "str", "none", ("none", "relu", "gelu"))

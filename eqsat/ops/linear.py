@@ -1,0 +1,127 @@
+"""Matrix products: ``matmul`` (transpose flags, accumulation dtype) and the fused ``linear``
+(``x @ w + b`` with an activation epilogue)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import product
+
+import jax
+import jax.numpy as jnp
+
+from eqsat.errors import ShapeError
+from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast
+from eqsat.types import TensorType
+
+from .base import ACT, RESULT_DTYPE, Attr, OpDef
+from .elementwise import ACTIVATIONS
+
+Array = jax.Array
+
+
+@dataclass(frozen=True)
+class Matmul(ShapeRule):
+    """``x @ y`` over the last two dims with transpose flags; batch dims broadcast."""
+
+    rank_bounded = True
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        x, y = shapes
+        if len(x) < 2 or len(y) < 2:
+            raise ShapeError(f"matmul needs rank >= 2 operands, got {x} and {y}")
+        m, kx = (x[-1], x[-2]) if attrs.get("transpose_x", 0) else (x[-2], x[-1])
+        ky, n = (y[-1], y[-2]) if attrs["transpose_y"] else (y[-2], y[-1])
+        if kx != ky:
+            raise ShapeError(f"matmul contracts {kx} with {ky} (shapes {x} and {y})")
+        return (*broadcast(x[:-2], y[:-2]), m, n)
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        sx, sy, ty = pattern["s0"], pattern["s1"], pattern["transpose_y"]
+        tx = pattern.get("transpose_x")  # absent: never transposed (linear)
+        batch = f"(= b (broadcast-shape {_batch(sx)} {_batch(sy)}))"
+        rules = []
+        for fx, fy in product((0, 1), (0, 1)):
+            if tx is None and fx:
+                continue
+            m = f"(vec-get {sx} (- (vec-length {sx}) {1 if fx else 2}))"
+            n = f"(vec-get {sy} (- (vec-length {sy}) {2 if fy else 1}))"
+            facts = f"{batch} (= {ty} {fy})" + (f" (= {tx} {fx})" if tx else "")
+            rules.append((facts, f"(vec-push (vec-push b {m}) {n})"))
+        return rules
+
+    def demand(self, pattern: dict[str, str]) -> str:
+        return f"(wants-broadcast-shape {_batch(pattern['s0'])} {_batch(pattern['s1'])})"
+
+    def prelude(self, ruleset: str) -> list[str]:
+        return Broadcast().prelude(ruleset)
+
+
+def _batch(shape: str) -> str:
+    """The batch dims of a matmul operand's shape (an egglog vector): all but the last two."""
+    return f"(vec-pop (vec-pop {shape}))"
+
+
+@dataclass(frozen=True)
+class Linear(Matmul):
+    """``x @ w + b`` (``w`` transposed if ``transpose_y``), ``b`` of the output's last dim."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        out = super().infer(shapes[:2], attrs)
+        if tuple(shapes[2]) != out[-1:]:
+            raise ShapeError(f"linear bias {shapes[2]} must be ({out[-1]},)")
+        return out
+
+
+def matmul_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    x = ins[0].shape
+    k = x[-2] if attrs.get("transpose_x", 0) else x[-1]
+    return 2.0 * out.size * k
+
+
+def _bias_in_result_dtype(types: Sequence[TensorType], attrs: dict) -> str | None:
+    if types[2].dtype != attrs["dtype"]:
+        return f"bias of dtype {types[2].dtype}, result of dtype {attrs['dtype']}"
+    return None
+
+
+def _matmul(x: Array, y: Array, *, transpose_x: int, transpose_y: int, dtype: str) -> Array:
+    """Transpose flags become the contraction's dims (no transposed copies); batch dims broadcast;
+    products accumulate in ``dtype`` (jax's preferred_element_type)."""
+    if not (transpose_x or transpose_y):
+        return jnp.matmul(x, y, preferred_element_type=dtype)
+    lhs = "...km" if transpose_x else "...mk"
+    rhs = "...nk" if transpose_y else "...kn"
+    return jnp.einsum(f"{lhs},{rhs}->...mn", x, y, preferred_element_type=dtype)
+
+
+def _linear(x: Array, w: Array, b: Array, *, transpose_y: int, act: str, dtype: str) -> Array:
+    return ACTIVATIONS[act](_matmul(x, w, transpose_x=0, transpose_y=transpose_y, dtype=dtype) + b)
+
+
+_FLAG_X = Attr("transpose_x", "int", 0, (0, 1))
+_FLAG_Y = Attr("transpose_y", "int", 0, (0, 1))
+MATMUL = OpDef(
+    "matmul",
+    2,
+    "batched matrix product over the last two dims, with transpose flags; products are accumulated "
+    "in and returned as dtype (int8 x int8 -> int32, f16 x f16 -> f32, as jax's preferred_element_type)",
+    (_FLAG_X, _FLAG_Y, RESULT_DTYPE),
+    Matmul(),
+    "dtype",
+    matmul_flops,
+    same_dtype=(0, 1),
+    lower=_matmul,
+)
+LINEAR = OpDef(
+    "linear",
+    3,
+    "x @ w + b, then the epilogue act (none, relu, gelu): one kernel; the product and b in dtype",
+    (_FLAG_Y, ACT, RESULT_DTYPE),
+    Linear(),
+    "dtype",
+    flops=matmul_flops,
+    same_dtype=(0, 1),
+    check=_bias_in_result_dtype,
+    lower=_linear,
+)
