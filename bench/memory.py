@@ -1,12 +1,9 @@
-"""Peak memory of one call: how far the process's resident set rises above where it was, in a fresh
-subprocess, with the kernel's peak-RSS mark reset just before the call (Linux).
+"""Peak memory of one call: how far the process's resident set rises above where it was, measured in a
+fresh subprocess (``bench.memory_probe``, which builds the case) with the kernel's peak-RSS mark reset
+just before the call (Linux).
 
 XLA:CPU's buffer assignment (``compiled.memory_analysis()``) does not count every runtime temporary, so
-memory claims are measured here instead:
-
-    python -m bench.memory attention 4096 eqsat     # prints the peak RSS growth in bytes
-    python -m bench.memory flax-nnx-mha 2048 jax    # a library model (bench/library_models.py)
-    python -m bench.memory attention-float32-b1-s4096-train 0 eqsat   # bench/long_context.py
+memory claims are measured here instead. This module imports none of the benchmarks that call it.
 """
 
 from __future__ import annotations
@@ -14,28 +11,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import jax
-
-from bench import models
-
-
-def _case(name: str) -> Callable[[int], models.Case]:
-    """A case by name: ``attention``, or a library model of bench/library_models.py at batch 1."""
-    if name == "attention":
-        return models.make_attention
-    from bench.real_models import make
-
-    return lambda size: make(name, size)
 
 
 def peak_rss_growth(case: str, size: int, variant: str) -> int:
     """Bytes the peak RSS grows by while ``variant`` (eqsat or jax) runs ``case`` once (already compiled)."""
     out = subprocess.run(
-        [sys.executable, "-m", "bench.memory", case, str(size), variant],
+        [sys.executable, "-m", "bench.memory_probe", case, str(size), variant],
         capture_output=True,
         text=True,
         check=True,
@@ -43,40 +25,8 @@ def peak_rss_growth(case: str, size: int, variant: str) -> int:
     return int(json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_growth"])
 
 
-def _run(case: str, size: int, variant: str) -> dict[str, Any]:
-    """Compile ahead of time, then measure the first (and only) execution."""
-    import eqsat
-    from eqsat.lowering import lower
-
-    if case.startswith(("attention-", "decoder-")):  # bench/long_context.py's cases, size in the name
-        from bench.long_context import build
-
-        fns, call_args = build(case)
-        compiled = fns[variant].lower(*call_args).compile()
-        return _peak(compiled, call_args)
-    fn, args = _case(case)(size)
-    leaves = jax.tree_util.tree_leaves(args)
-    if variant == "eqsat":
-        program = eqsat.optimize(eqsat.from_jax(fn, *args)).program
-        compiled, call_args = jax.jit(lower(program)).lower(*leaves).compile(), leaves
-    else:
-        compiled, call_args = jax.jit(fn).lower(*args).compile(), args
-    return _peak(compiled, call_args)
-
-
-def _peak(compiled: Any, call_args: Any) -> dict[str, Any]:
-    Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS high-water mark (Linux)
-    before = status_kib("VmRSS")
-    jax.block_until_ready(compiled(*call_args))
-    return {"peak_rss_growth": (status_kib("VmHWM") - before) * 1024}
-
-
 def status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-if __name__ == "__main__":
-    print(json.dumps(_run(sys.argv[1], int(sys.argv[2]), sys.argv[3])))

@@ -15,8 +15,8 @@ from eqsat.frontend.jax import from_jax
 from eqsat.frontend.pir import load, parse_pir
 from eqsat.ir import Op, Program, TensorType, Value, parse_program
 from eqsat.jit import jit
-from eqsat.patterns import Built
 from eqsat.prove import Equivalence, equivalent
+from eqsat.rules.traced import Built
 from eqsat.saturate import Limits
 from eqsat.user_rules import rule
 

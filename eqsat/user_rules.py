@@ -8,7 +8,7 @@
     )
     eqsat.optimize(program, rules=["default", fma])
 
-What the traced rule matches is described in ``eqsat.patterns``. The check compares both sides on
+What the traced rule matches is described in ``eqsat.rules.traced``. The check compares both sides on
 random data at the example and at random sizes (a differing rule is refused with the inputs that show
 it), then lets egglog apply the rule itself with ``check_rule``, so the patterns, guards and computed
 attributes are checked as optimization uses them.
@@ -24,9 +24,10 @@ import numpy as np
 
 from eqsat.errors import EqsatError, MiscompileError, UnsoundRuleError
 from eqsat.ir import TensorType
-from eqsat.patterns import Side, TracedVariant, TypeLike, bindings, resize, trace_side, traced_rule
+from eqsat.numerics import compare, loosest, random_array
 from eqsat.rules import ALL_RULES, Rule
-from eqsat.verify import check_rule, compare, loosest, random_array
+from eqsat.rules.traced import Side, TracedVariant, TypeLike, bindings, resize, trace_side, traced_rule
+from eqsat.verify import check_rule
 
 
 def rule(

@@ -16,16 +16,19 @@ from eqsat.ir import Op, Program
 from eqsat.ops import OPS, Lowering
 from eqsat.types import FLOAT_DTYPES, OPAQUE
 
+from .registry import OPAQUE_LOWERINGS, register_opaque
+
+__all__ = [
+    "LOWERINGS",
+    "OPAQUE_LOWERINGS",
+    "check_runnable",
+    "lower",
+    "opaque_lowering",
+    "reference",
+    "register_opaque",
+]
+
 LOWERINGS: dict[str, Lowering] = {name: op.lower for name, op in OPS.items() if op.lower is not None}
-OPAQUE_LOWERINGS: dict[str, Lowering] = {}
-
-
-def register_opaque(op_name: str, fn: Lowering) -> None:
-    """Teach eqsat to run an op it does not optimize (e.g. ``pd.my_op``): ``fn(*inputs, **attrs)``.
-
-    ``fn`` returns one array or a tuple of arrays (one per result).
-    """
-    OPAQUE_LOWERINGS[op_name] = fn
 
 
 def opaque_lowering(name: str) -> Lowering | None:

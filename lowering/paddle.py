@@ -11,7 +11,8 @@ import numpy as np
 
 from eqsat.errors import UnsupportedError
 
-from . import paddle_rnn, register_opaque
+from . import paddle_rnn
+from .registry import register_opaque
 
 
 def _optional(tensors: tuple[jax.Array, ...], operands: str, first: int, count: int) -> list[Any]:

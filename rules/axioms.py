@@ -15,10 +15,10 @@ from typing import Any
 
 from eqsat.ir import TensorType
 from eqsat.ops import OPS
-from eqsat.patterns import Side, traced_rule
 
 from .algebra import RULES as ALGEBRA
 from .base import UNARY_ATTRS, Example, Rule, Variant, both_ways, example_dtype, rand_shape, unary_pattern
+from .traced import Side, traced_rule
 
 F32 = "float32"
 REASSOCIABLE = ("(reassociable (dtype x))",)

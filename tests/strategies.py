@@ -23,8 +23,8 @@ from jax import lax
 
 from eqsat import Builder, Program, Value
 from eqsat.ir import Op, TensorType
+from eqsat.numerics import INPUT_KINDS, random_array
 from eqsat.ops import FLOAT_DTYPES, OPAQUE
-from eqsat.verify import INPUT_KINDS, random_array
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 FAMILIES: dict[str, tuple[str, ...]] = {

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 
 import eqsat
 from eqsat import Builder, Flops, NodeCount, Roofline
+from eqsat.cost import Measured
 from eqsat.egraph import CyclicChoice, Serialized, decode, encode, new_egraph
 from eqsat.extract import greedy_dag, greedy_tree, ilp
-from eqsat.measured import Measured
 from eqsat.rules import select
 from eqsat.saturate import Limits, install, saturate
 from eqsat.verify import validate

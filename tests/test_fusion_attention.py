@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import eqsat
-from eqsat import Builder, Limits, verify
+from eqsat import Builder, Limits, numerics
 from eqsat.lowering import lower
 from eqsat.ops import flash
 from eqsat.ops.attention import flash_attention, naive_attention
@@ -409,4 +409,4 @@ def test_flash_gradients_keep_half_precision_scores(dtype):
         naive_error, flash_error = (
             np.abs(np.asarray(g, np.float64) - w).max() / np.abs(w).max() for g in (naive, streamed)
         )
-        assert flash_error <= max(naive_error, verify.tolerance(dtype))
+        assert flash_error <= max(naive_error, numerics.tolerance(dtype))

@@ -1,6 +1,6 @@
 """Random programs through the whole optimizer: every result must compute what the input computes.
 Results are judged against the program as it reads (each op in float64, rounded to its dtype:
-``eqsat.lowering.reference``), so that XLA's own liberties are not blamed on eqsat (``verify.judge``).
+``eqsat.lowering.reference``), so that XLA's own liberties are not blamed on eqsat (``numerics.judge``).
 
 Two generators: Programs built op by op (``programs``, per dtype family), and JAX functions as users
 write them, run through ``eqsat.jit`` and ``jax.jit`` side by side (``jax_functions``). Each family
@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 import eqsat
 from eqsat import Limits
 from eqsat.lowering import reference
+from eqsat.numerics import judge, loosest, path_dtypes
 from eqsat.rules import select
-from eqsat.verify import judge, loosest, path_dtypes, validate
+from eqsat.verify import validate
 from tests.strategies import FAMILIES, X64_FAMILIES, deep_program, jax_functions, programs
 
 EXAMPLES = int(os.environ.get("EQSAT_FUZZ_EXAMPLES", "30"))

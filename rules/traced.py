@@ -26,7 +26,8 @@ from eqsat.frontend.builder import Builder
 from eqsat.frontend.jax import from_jax
 from eqsat.ir import Program, TensorType, Value
 from eqsat.ops import OPS, VARIADIC
-from eqsat.rules.base import Rule, Variant
+
+from .base import Rule, Variant
 
 Dim = tuple[str, int]  # (parameter, axis)
 Attr = tuple[int | Dim, ...] | int | Dim  # an attribute that may depend on the sizes

@@ -19,9 +19,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from eqsat.cost import CostModel, Roofline, phases
 from eqsat.ir import Program, TensorType
 from eqsat.ops import OPAQUE
+
+from .models import CostModel, Roofline, phases
 
 
 def default_cache() -> Path:
@@ -72,7 +73,7 @@ class Measured(CostModel):
 
     def _time(self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType]) -> float:
         from eqsat.lowering import lower
-        from eqsat.verify import random_array
+        from eqsat.numerics import random_array
 
         program = Program()
         values = [program.add_input(f"x{i}", t) for i, t in enumerate(inputs)]

@@ -136,31 +136,3 @@ class FunctionCost(CostModel):
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
     ) -> float:
         return float(self.fn(op, attrs, inputs, output))
-
-
-MODELS: dict[str, Callable[[], CostModel]] = {"nodes": NodeCount, "flops": Flops, "roofline": Roofline}
-
-
-def _measured() -> CostModel:
-    from eqsat.measured import Measured
-
-    return Measured()
-
-
-MODELS["measured"] = _measured
-
-
-def get_cost_model(cost: str | CostModel | Callable[..., float]) -> CostModel:
-    """A cost model from its name (``nodes``, ``flops``, ``roofline``, ``roofline:h100``, ``measured``),
-    an instance, or a function."""
-    if isinstance(cost, CostModel):
-        return cost
-    if isinstance(cost, str) and cost.startswith("roofline:"):
-        return Roofline(cost.split(":", 1)[1])
-    if isinstance(cost, str):
-        if cost not in MODELS:
-            raise KeyError(f"unknown cost model {cost!r} (known: {', '.join(MODELS)})")
-        return MODELS[cost]()
-    if callable(cost):
-        return FunctionCost(cost)
-    raise TypeError(f"cost must be a model name, a CostModel or a function, got {type(cost).__name__}")

@@ -1,0 +1,46 @@
+"""Cost models: what an op costs given its attributes and its operands' types. ``NodeCount``, ``Flops``,
+``Roofline`` (device profiles in ``eqsat.devices``) in ``models``; ``Measured`` (timed on this device,
+cached) in ``measured``; any function ``(op, attrs, inputs, output) -> float`` through ``FunctionCost``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .measured import Measured
+from .models import CostModel, Flops, FunctionCost, NodeCount, Roofline, phases
+
+__all__ = [
+    "MODELS",
+    "CostModel",
+    "Flops",
+    "FunctionCost",
+    "Measured",
+    "NodeCount",
+    "Roofline",
+    "get_cost_model",
+    "phases",
+]
+
+MODELS: dict[str, Callable[[], CostModel]] = {
+    "nodes": NodeCount,
+    "flops": Flops,
+    "roofline": Roofline,
+    "measured": Measured,
+}
+
+
+def get_cost_model(cost: str | CostModel | Callable[..., float]) -> CostModel:
+    """A cost model from its name (``nodes``, ``flops``, ``roofline``, ``roofline:h100``, ``measured``),
+    an instance, or a function."""
+    if isinstance(cost, CostModel):
+        return cost
+    if isinstance(cost, str) and cost.startswith("roofline:"):
+        return Roofline(cost.split(":", 1)[1])
+    if isinstance(cost, str):
+        if cost not in MODELS:
+            raise KeyError(f"unknown cost model {cost!r} (known: {', '.join(MODELS)})")
+        return MODELS[cost]()
+    if callable(cost):
+        return FunctionCost(cost)
+    raise TypeError(f"cost must be a model name, a CostModel or a function, got {type(cost).__name__}")

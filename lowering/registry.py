@@ -1,0 +1,15 @@
+"""The meanings of opaque ops by name: what eqsat runs for an op it does not optimize."""
+
+from __future__ import annotations
+
+from eqsat.ops import Lowering
+
+OPAQUE_LOWERINGS: dict[str, Lowering] = {}
+
+
+def register_opaque(op_name: str, fn: Lowering) -> None:
+    """Teach eqsat to run an op it does not optimize (e.g. ``pd.my_op``): ``fn(*inputs, **attrs)``.
+
+    ``fn`` returns one array or a tuple of arrays (one per result).
+    """
+    OPAQUE_LOWERINGS[op_name] = fn
