@@ -409,14 +409,27 @@ RULES = [
             Variant(
                 f'(Conv2d xh wh {_ONE_BY_ONE[0]} {_ONE_BY_ONE[1]} dl 1 "NHWC")',
                 "(Matmul xh (Reshape wh (vec-of (vec-get s 2) (vec-get s 3))) 0 0 d)",
-                ("(= s (shape wh))", "(= d (dtype xh))", "(wide-float d)"),
+                (
+                    "(= s (shape wh))",
+                    "(= (vec-get s 0) 1)",
+                    "(= (vec-get s 1) 1)",
+                    "(= d (dtype xh))",
+                    "(wide-float d)",
+                ),
             ),
             Variant(
                 f'(Conv2d x w {_ONE_BY_ONE[0]} {_ONE_BY_ONE[1]} dl 1 "NCHW")',
                 "(Reshape (Matmul (Reshape w (vec-of (vec-get s 0) (vec-get s 1))) "
                 "(Reshape x (vec-of (vec-get sx 0) (vec-get sx 1) (* (vec-get sx 2) (vec-get sx 3)))) 0 0 d) "
                 "(vec-of (vec-get sx 0) (vec-get s 0) (vec-get sx 2) (vec-get sx 3)))",
-                ("(= s (shape w))", "(= sx (shape x))", "(= d (dtype x))", "(wide-float d)"),
+                (
+                    "(= s (shape w))",
+                    "(= (vec-get s 2) 1)",
+                    "(= (vec-get s 3) 1)",
+                    "(= sx (shape x))",
+                    "(= d (dtype x))",
+                    "(wide-float d)",
+                ),
             ),
         ),
         _matmul_example,

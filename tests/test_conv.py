@@ -202,6 +202,19 @@ def test_a_1x1_convolution_is_a_matmul_when_that_is_cheaper():
     assert kinds & {"conv2d", "matmul"} and (result.report.cost_after <= result.report.cost_before)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_a_wider_unpadded_convolution_is_not_a_matmul(layout, dilation):
+    """conv-1x1-is-matmul once matched any stride-1 unpadded conv: on a 3x3 kernel its right side has
+    the input's spatial shape, and saturation failed on the shape conflict (an error in the tests)."""
+    b = eqsat.Builder()
+    x = b.input("x", (1, 2, 7, 7) if layout == "NCHW" else (1, 7, 7, 2))
+    w = b.input("w", (3, 2, 3, 3) if layout == "NCHW" else (3, 3, 2, 3))
+    program = b.build(b.conv2d(x, w, dilations=(dilation, dilation), layout=layout))
+    result = eqsat.optimize(program, rules=["conv-1x1-is-matmul"], verify=True)
+    assert "conv-1x1-is-matmul" not in result.report.rules_fired
+
+
 def test_convs_of_one_input_merge_over_concatenated_kernels():
     b = eqsat.Builder()
     x = b.input("x", (2, 8, 12, 12))
