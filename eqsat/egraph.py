@@ -35,6 +35,28 @@ for _name in ("egglog", "egglog_bridge", "egglog_experimental"):
         logging.getLogger(_name).setLevel(logging.WARNING)
 
 
+# Helper relations some rules need (installed with them, as their prelude), filled by the analysis.
+# ``(constant-weight w)``: w is a leaf (a parameter, an input) or a constant fill, not a computed value.
+CONSTANT_WEIGHT = (
+    "(relation constant-weight (Tensor))",
+    f"(rule ((= w (Input n))) ((constant-weight w)) :ruleset {ANALYSIS})",
+    f"(rule ((= w (Full s v d))) ((constant-weight w)) :ruleset {ANALYSIS})",
+)
+# ``(constant-value t)``: t is computed from leaves (parameters, constants) only: folding it into a
+# weight costs nothing at run time.
+CONSTANT_VALUE = (
+    "(relation constant-value (Tensor))",
+    f"(rule ((= t (Input n))) ((constant-value t)) :ruleset {ANALYSIS})",
+    f"(rule ((= t (Full s v d))) ((constant-value t)) :ruleset {ANALYSIS})",
+    f"(rule ((= t (Reshape a s)) (constant-value a)) ((constant-value t)) :ruleset {ANALYSIS})",
+    *(
+        f"(rule ((= t ({op} a b)) (constant-value a) (constant-value b)) ((constant-value t)) "
+        f":ruleset {ANALYSIS})"
+        for op in ("Add", "Sub", "Mul")
+    ),
+)
+
+
 def var(attr: str) -> str:
     """The egglog pattern variable of an attribute (prefixed: attribute names clash with functions)."""
     return f"a_{attr}"

@@ -14,14 +14,17 @@ from typing import Any
 
 from eqsat.ir import TensorType
 
-from .base import Rule, Variant, both_ways, moderate, rand_perm, rule, vec
+from .base import Rule, Variant, both_ways, moderate, rand_perm, rule
+from .terms import Add, Div, Full, Matmul, Mul, Scale, Transpose, dtype_of, equal, shape_of, vec
 
 F32 = "float32"
+_FLAGS = {"transpose_x": "tx", "transpose_y": "ty", "dtype": "d"}
+_SCALAR = Full(shape="(vec-empty)", value="c", dtype="d")
 
 
 def _same_rank(*names: str) -> tuple[str, ...]:
     first, *rest = names
-    return tuple(f"(= (vec-length (shape {first})) (vec-length (shape {n})))" for n in rest)
+    return tuple(equal(f"(vec-length {shape_of(first)})", f"(vec-length {shape_of(n)})") for n in rest)
 
 
 def _chain(rng: Any) -> dict[str, Any]:
@@ -49,32 +52,36 @@ def _scaled(rng: Any) -> dict[str, Any]:
 
 
 def _swap(r: int) -> str:
-    return vec([*map(str, range(r - 2)), str(r - 1), str(r - 2)])
+    return vec([*range(r - 2), r - 1, r - 2])
 
 
 def _transpose_flags(r: int) -> tuple[Variant, ...]:
     """A matmul operand transposed by p is the operand transposed by p∘swap with its flag flipped
     (the operand itself, once transpose-identity removes p∘swap = identity)."""
     swapped = vec(f"(vec-get p (vec-get {_swap(r)} {i}))" for i in range(r))
-    rank = f"(= (vec-length p) {r})"
+    rank = equal("(vec-length p)", r)
     return (
         Variant(
-            "(Matmul x (Transpose y p) tx ty d)", f"(Matmul x (Transpose y {swapped}) tx (- 1 ty) d)", (rank,)
+            Matmul("x", Transpose("y", perm="p"), **_FLAGS),
+            Matmul("x", Transpose("y", perm=swapped), **{**_FLAGS, "transpose_y": "(- 1 ty)"}),
+            (rank,),
         ),
         Variant(
-            "(Matmul (Transpose x p) y tx ty d)", f"(Matmul (Transpose x {swapped}) y (- 1 tx) ty d)", (rank,)
+            Matmul(Transpose("x", perm="p"), "y", **_FLAGS),
+            Matmul(Transpose("x", perm=swapped), "y", **{**_FLAGS, "transpose_x": "(- 1 tx)"}),
+            (rank,),
         ),
     )
 
 
 def _plain(*names: str) -> tuple[str, ...]:
     """Guards: matmuls of ``d`` = the operands' dtype, a dtype that reassociates safely."""
-    return (f"(= d (dtype {names[0]}))", "(reassociable d)")
+    return (equal("d", dtype_of(names[0])), "(reassociable d)")
 
 
 def _scalable(x: str, *constants: str) -> tuple[str, ...]:
     """Guards: ``x`` is float32/float64 and every constant is of moderate magnitude."""
-    return (f"(wide-float (dtype {x}))", *(f for c in constants for f in moderate(c)))
+    return (f"(wide-float {dtype_of(x)})", *(f for c in constants for f in moderate(c)))
 
 
 def _transposed_operands(rng: Any) -> dict[str, Any]:
@@ -110,9 +117,9 @@ def _transposed_product(r: int) -> Variant:
     the swapped product (the identity, removed, when p swaps the last two dims)."""
     composed = vec(f"(vec-get {_swap(r)} (vec-get p {i}))" for i in range(r))
     return Variant(
-        "(Transpose (Matmul a b tx ty d) p)",
-        f"(Transpose (Matmul b a (- 1 ty) (- 1 tx) d) {composed})",
-        (f"(= (vec-length p) {r})",),
+        Transpose(Matmul("a", "b", transpose_x="tx", transpose_y="ty", dtype="d"), perm="p"),
+        Transpose(Matmul("b", "a", transpose_x="(- 1 ty)", transpose_y="(- 1 tx)", dtype="d"), perm=composed),
+        (equal("(vec-length p)", r),),
     )
 
 
@@ -127,20 +134,20 @@ RULES = [
         "(AB)C = A(BC), also with transposed operands; the cost model picks the cheaper order",
         (
             *both_ways(
-                "(Matmul (Matmul a b 0 0 d) c 0 0 d)",
-                "(Matmul a (Matmul b c 0 0 d) 0 0 d)",
+                Matmul(Matmul("a", "b", dtype="d"), "c", dtype="d"),
+                Matmul("a", Matmul("b", "c", dtype="d"), dtype="d"),
                 *_same_rank("a", "b", "c"),
                 *_plain("a"),
             ),
             *both_ways(
-                "(Matmul (Matmul a b 0 0 d) ct 0 1 d)",
-                "(Matmul a (Matmul b ct 0 1 d) 0 0 d)",
+                Matmul(Matmul("a", "b", dtype="d"), "ct", transpose_y=1, dtype="d"),
+                Matmul("a", Matmul("b", "ct", transpose_y=1, dtype="d"), dtype="d"),
                 *_same_rank("a", "b", "ct"),
                 *_plain("a"),
             ),
             *both_ways(
-                "(Matmul at (Matmul b c 0 0 d) 1 0 d)",
-                "(Matmul (Matmul at b 1 0 d) c 0 0 d)",
+                Matmul("at", Matmul("b", "c", dtype="d"), transpose_x=1, dtype="d"),
+                Matmul(Matmul("at", "b", transpose_x=1, dtype="d"), "c", dtype="d"),
                 *_same_rank("at", "b", "c"),
                 *_plain("at"),
             ),
@@ -153,15 +160,15 @@ RULES = [
         "(c·x)·y = c·(x·y) = x·(c·y): the scale moves to whichever tensor is smallest",
         (
             *both_ways(
-                "(Matmul (Scale x c 0.0) y tx ty d)",
-                "(Scale (Matmul x y tx ty d) c 0.0)",
-                "(= d (dtype x))",
+                Matmul(Scale("x", scale="c"), "y", **_FLAGS),
+                Scale(Matmul("x", "y", **_FLAGS), scale="c"),
+                equal("d", dtype_of("x")),
                 *_scalable("x", "c"),
             ),
             *both_ways(
-                "(Matmul x (Scale y c 0.0) tx ty d)",
-                "(Scale (Matmul x y tx ty d) c 0.0)",
-                "(= d (dtype x))",
+                Matmul("x", Scale("y", scale="c"), **_FLAGS),
+                Scale(Matmul("x", "y", **_FLAGS), scale="c"),
+                equal("d", dtype_of("x")),
                 *_scalable("x", "c"),
             ),
         ),
@@ -171,8 +178,8 @@ RULES = [
     rule(
         "scale-compose",
         "two scales without bias are one scale by the product",
-        "(Scale (Scale x c 0.0) c2 0.0)",
-        "(Scale x (* c c2) 0.0)",
+        Scale(Scale("x", scale="c"), scale="c2"),
+        Scale("x", scale="(* c c2)"),
         *_scalable("x", "c", "c2", "(* c c2)"),
         example=_scaled,
         exact=False,
@@ -181,16 +188,16 @@ RULES = [
         "scalar-mul-to-scale",
         "multiplying a floating-point tensor by a scalar constant is a scale",
         (
-            Variant("(Mul x (Full (vec-empty) c d))", "(Scale x c 0.0)", ("(float-dtype d)",)),
-            Variant("(Mul (Full (vec-empty) c d) x)", "(Scale x c 0.0)", ("(float-dtype d)",)),
+            Variant(Mul("x", _SCALAR), Scale("x", scale="c"), ("(float-dtype d)",)),
+            Variant(Mul(_SCALAR, "x"), Scale("x", scale="c"), ("(float-dtype d)",)),
         ),
         _scaled,
     ),
     rule(
         "scalar-div-to-scale",
         "dividing by a scalar constant is a scale by its inverse (within 1 ulp; floats only)",
-        "(Div x (Full (vec-empty) c d))",
-        "(Scale x (/ 1.0 c) 0.0)",
+        Div("x", _SCALAR),
+        Scale("x", scale="(/ 1.0 c)"),
         *_scalable("x", "c"),
         example=lambda rng: {**_scaled(rng), "c": float(rng.uniform(0.5, 2.0))},
         exact=False,
@@ -212,14 +219,14 @@ RULES = [
         "x@w + y@w = (x+y)@w and w@x + w@y = w@(x+y): one matmul instead of two",
         (
             Variant(
-                "(Add (Matmul x w 0 0 d) (Matmul y w 0 0 d))",
-                "(Matmul (Add x y) w 0 0 d)",
-                ("(= (shape x) (shape y))", *_plain("x")),
+                Add(Matmul("x", "w", dtype="d"), Matmul("y", "w", dtype="d")),
+                Matmul(Add("x", "y"), "w", dtype="d"),
+                (equal(shape_of("x"), shape_of("y")), *_plain("x")),
             ),
             Variant(
-                "(Add (Matmul wl x 0 0 d) (Matmul wl y 0 0 d))",
-                "(Matmul wl (Add x y) 0 0 d)",
-                ("(= (shape x) (shape y))", *_plain("x")),
+                Add(Matmul("wl", "x", dtype="d"), Matmul("wl", "y", dtype="d")),
+                Matmul("wl", Add("x", "y"), dtype="d"),
+                (equal(shape_of("x"), shape_of("y")), *_plain("x")),
             ),
         ),
         _distribute,

@@ -14,6 +14,7 @@ around the softmax. A mask built from iota comparisons (row >= column) becomes t
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from itertools import product
 from typing import Any
 
@@ -23,25 +24,47 @@ from eqsat.ir import TensorType
 from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant
+from .terms import (
+    Add,
+    Attention,
+    Cast,
+    Expand,
+    FlashAttention,
+    Full,
+    Ge,
+    Iota,
+    Le,
+    Matmul,
+    Reshape,
+    Scale,
+    Select,
+    Softmax,
+    dtype_of,
+    equal,
+    shape_of,
+    vec,
+)
 
 F32 = "float32"
-QK = "(Matmul q k 0 1 ds)"  # scores of dtype ds
-ZERO = "(Full (vec-empty) 0.0 ds)"
-TRUE = '(Full (vec-empty) 1.0 "bool")'
-_LAST = "(- (vec-length (shape q)) 1)"
+QK = Matmul("q", "k", transpose_y=1, dtype="ds")  # scores of dtype ds
+ZERO = Full(shape="(vec-empty)", value=0.0, dtype="ds")
+TRUE = Full(shape="(vec-empty)", value=1.0, dtype="bool")
+_LAST = f"(- (vec-length {shape_of('q')}) 1)"
+_ATTRS = {"scale": "c", "fill": "f", "causal": "z", "scores_dtype": "ds", "softmax_dtype": "dm"}
 
 
 def _guards(scores: str, product: str) -> tuple[str, ...]:
     """q, k, v of one rank; the product with v has q's batch dims (k's and v's broadcast to them);
     softmax over the last axis; the scores are q kᵀ's."""
-    out = f"(vec-set (shape q) {_LAST} (vec-get (shape v) {_LAST}))"
+    out = f"(vec-set {shape_of('q')} {_LAST} (vec-get {shape_of('v')} {_LAST}))"
+    rank = f"(vec-length {shape_of('q')})"
     return (
-        "(= (vec-length (shape q)) (vec-length (shape k)))",
-        "(= (vec-length (shape q)) (vec-length (shape v)))",
-        f"(= (shape {product}) {out})",
-        f"(= a {_LAST})",
-        f"(= (shape {scores}) (shape {QK}))",
-        "(= dq (dtype q))",
+        equal(rank, f"(vec-length {shape_of('k')})"),
+        equal(rank, f"(vec-length {shape_of('v')})"),
+        equal(shape_of(product), out),
+        equal("a", _LAST),
+        equal(shape_of(scores), shape_of(QK)),
+        equal("dq", dtype_of("q")),
         "(float-dtype dq)",
         "(float-dtype ds)",
     )
@@ -49,20 +72,20 @@ def _guards(scores: str, product: str) -> tuple[str, ...]:
 
 # (scores, bias, scale): q kᵀ with or without a scale and an additive bias
 _SCORES = (
-    (f"(Add (Scale {QK} c 0.0) b)", "b", "c"),
-    (f"(Add {QK} b)", "b", "1.0"),
-    (f"(Scale {QK} c 0.0)", ZERO, "c"),
-    (QK, ZERO, "1.0"),
+    (Add(Scale(QK, scale="c"), "b"), "b", "c"),
+    (Add(QK, "b"), "b", 1.0),
+    (Scale(QK, scale="c"), ZERO, "c"),
+    (QK, ZERO, 1.0),
 )
 
 
 def _masked(scores: str) -> tuple[tuple[str, str, str], ...]:
     """(masked scores, mask, fill): unmasked, ``where(m, s, fill)``, ``where(broadcast m, s, fill)``."""
-    fill = "(Full sf f ds)"
+    fill = Full(shape="sf", value="f", dtype="ds")
     return (
-        (scores, TRUE, "-inf"),
-        (f"(Select m {scores} {fill})", "m", "f"),
-        (f"(Select (Expand m se) {scores} {fill})", "m", "f"),
+        (scores, TRUE, float("-inf")),
+        (Select("m", scores, fill), "m", "f"),
+        (Select(Expand("m", shape="se"), scores, fill), "m", "f"),
     )
 
 
@@ -71,51 +94,66 @@ def _masked(scores: str) -> tuple[tuple[str, str, str], ...]:
 # in the scores' dtype, cast to q's (float32 scores of half-precision q, as jax.nn.dot_product_attention
 # computes them); in a dtype dm the scores are cast to (jax.nn.softmax of half precision in float32),
 # cast to q's.
-_PRECISIONS = (
-    ("(Softmax {} a)", "ds", ("(= ds dq)",)),
-    ("(Cast (Softmax {} a) dq)", "ds", ()),
-    ("(Cast (Softmax (Cast {} dm) a) dq)", "dm", ("(float-dtype dm)",)),
+_PRECISIONS: tuple[tuple[Callable[[str], str], str, tuple[str, ...]], ...] = (
+    (lambda s: Softmax(s, axis="a"), "ds", (equal("ds", "dq"),)),
+    (lambda s: Cast(Softmax(s, axis="a"), dtype="dq"), "ds", ()),
+    (lambda s: Cast(Softmax(Cast(s, dtype="dm"), axis="a"), dtype="dq"), "dm", ("(float-dtype dm)",)),
 )
 
 
-def _fuse(scores: str, bias: str, scale: str, masked: str, mask: str, fill: str, precision: int) -> Variant:
+def _fuse(
+    scores: str, bias: str, scale: str | float, masked: str, mask: str, fill: str | float, precision: int
+) -> Variant:
     probs, softmax_dtype, when = _PRECISIONS[precision]
-    product = f"(Matmul {probs.format(masked)} v 0 0 dq)"
-    attention = f"(Attention q k v {bias} {mask} {scale} {fill} 0 ds {softmax_dtype})"
+    product = Matmul(probs(masked), "v", dtype="dq")
+    attention = Attention(
+        "q",
+        "k",
+        "v",
+        bias,
+        mask,
+        scale=scale,
+        fill=fill,
+        causal=0,
+        scores_dtype="ds",
+        softmax_dtype=softmax_dtype,
+    )
     return Variant(product, attention, (*_guards(scores, product), *when))
 
 
 def _causal(rank: int, compare: str, reshaped: bool) -> Variant:
     """A mask ``row >= column`` over the last two dims (Sq, Sk) of the scores is the causal flag; its
     leading dims (any, reshaped or not) do not change its values."""
-    row, col = f"(Iota s {rank - 2} d)", f"(Iota s {rank - 1} d)"
-    mask = f"(Ge {row} {col})" if compare == "Ge" else f"(Le {col} {row})"
+    row, col = (Iota(shape="s", dimension=rank - i, dtype="d") for i in (2, 1))
+    mask = Ge(row, col) if compare == "Ge" else Le(col, row)
     shapes = ("s", "s2") if reshaped else ("s",)
     if reshaped:
-        mask = f"(Reshape {mask} s2)"
-    sq, sk = (f"(vec-get (shape {t}) (- (vec-length (shape {t})) 2))" for t in "qk")
-    fit = [f"(= (vec-get {v} (- (vec-length {v}) 2)) {sq})" for v in shapes]
-    fit += [f"(= (vec-get {v} (- (vec-length {v}) 1)) {sk})" for v in shapes]
+        mask = Reshape(mask, shape="s2")
+    sq, sk = (f"(vec-get {shape_of(t)} (- (vec-length {shape_of(t)}) 2))" for t in "qk")
+    fit = [equal(f"(vec-get {v} (- (vec-length {v}) 2))", sq) for v in shapes]
+    fit += [equal(f"(vec-get {v} (- (vec-length {v}) 1))", sk) for v in shapes]
     return Variant(
-        f"(Attention q k v b {mask} c f 0 ds dm)",
-        f"(Attention q k v b {TRUE} c f 1 ds dm)",
-        (f"(= (vec-length s) {rank})", *fit),
+        Attention("q", "k", "v", "b", mask, **{**_ATTRS, "causal": 0}),
+        Attention("q", "k", "v", "b", TRUE, **{**_ATTRS, "causal": 1}),
+        (equal("(vec-length s)", rank), *fit),
     )
 
 
 def _broadcasts() -> list[tuple[str, str, tuple[str, ...]]]:
-    out: list[tuple[str, str, tuple[str, ...]]] = [
-        ("(Expand b se) m", "b m", ()),
-        ("b (Expand m se)", "b m", ()),
+    out: list[tuple[tuple[str, str], tuple[str, ...]]] = [
+        ((Expand("b", shape="se"), "m"), ()),
+        (("b", Expand("m", shape="se")), ()),
     ]
     for ones in range(1, MAX_RANK):
-        lead = f"(= s2 (vec-append (vec-of {' '.join(['1'] * ones)}) (shape {{t}})))"
-        out.append(("(Reshape b s2) m", "b m", (lead.format(t="b"),)))
-        out.append(("b (Reshape m s2)", "b m", (lead.format(t="m"),)))
+        lead = {t: equal("s2", f"(vec-append {vec([1] * ones)} {shape_of(t)})") for t in "bm"}
+        out.append(((Reshape("b", shape="s2"), "m"), (lead["b"],)))
+        out.append((("b", Reshape("m", shape="s2")), (lead["m"],)))
     return out
 
 
 _BROADCASTS = _broadcasts()
+_ATTENTION = Attention("q", "k", "v", "b", "m", **_ATTRS)
+_FLOAT32_SOFTMAX = Attention("q", "k", "v", "b", "m", **{**_ATTRS, "scores_dtype": F32, "softmax_dtype": F32})
 
 
 def _example(rng: Any, dq: str = F32, ds: str | None = None, dm: str | None = None) -> dict[str, Any]:
@@ -191,9 +229,9 @@ RULES = [
         "attention broadcasts its bias and mask to the scores: an explicit expand, or a reshape adding "
         "leading 1s, of either is unneeded",
         tuple(
-            Variant(f"({op} q k v {lhs} c f z ds dm)", f"({op} q k v {rhs} c f z ds dm)", when)
-            for op in ("Attention", "FlashAttention")
-            for lhs, rhs, when in _BROADCASTS
+            Variant(op("q", "k", "v", *operands, **_ATTRS), op("q", "k", "v", "b", "m", **_ATTRS), when)
+            for op in (Attention, FlashAttention)
+            for operands, when in _BROADCASTS
         ),
         _example,
     ),
@@ -201,8 +239,8 @@ RULES = [
         "attention-is-flash",
         "attention = flash_attention: the same softmax in stats form, streamed over key blocks",
         (
-            Variant("(Attention q k v b m c f z ds dm)", "(FlashAttention q k v b m c f z ds dm)"),
-            Variant("(FlashAttention q k v b m c f z ds dm)", "(Attention q k v b m c f z ds dm)"),
+            Variant(_ATTENTION, FlashAttention("q", "k", "v", "b", "m", **_ATTRS)),
+            Variant(FlashAttention("q", "k", "v", "b", "m", **_ATTRS), _ATTENTION),
         ),
         _example,
         exact=False,
@@ -213,16 +251,8 @@ RULES = [
         "half-precision scores and softmax computed in float32 instead (more precise than the program: "
         "off by default; outputs move by up to a few half-precision ulps, by O(1) where scores are large)",
         (
-            Variant(
-                "(Attention q k v b m c f z ds dm)",
-                f'(Attention q k v b m c f z "{F32}" "{F32}")',
-                ("(half-float ds)", '(!= dm "float64")'),
-            ),
-            Variant(
-                "(Attention q k v b m c f z ds dm)",
-                f'(Attention q k v b m c f z "{F32}" "{F32}")',
-                (f'(= ds "{F32}")', "(half-float dm)"),
-            ),
+            Variant(_ATTENTION, _FLOAT32_SOFTMAX, ("(half-float ds)", '(!= dm "float64")')),
+            Variant(_ATTENTION, _FLOAT32_SOFTMAX, (equal("ds", F32), "(half-float dm)")),
         ),
         functools.partial(_example, dq="bfloat16"),
         exact=False,

@@ -18,15 +18,16 @@ from eqsat.ops import OPS
 
 from .algebra import RULES as ALGEBRA
 from .base import UNARY_ATTRS, Example, Rule, Variant, both_ways, example_dtype, rand_shape, unary_pattern
+from .terms import Add, Concat, Matmul, Split, TList, constructor, dtype_of, equal, shape_of
 from .traced import Side, traced_rule
 
 F32 = "float32"
-REASSOCIABLE = ("(reassociable (dtype x))",)
+REASSOCIABLE = (f"(reassociable {dtype_of('x')})",)
 
 
-def pair(a: str, b: str, axis: str) -> str:
+def pair(a: str, b: str, axis: str | int) -> str:
     """The concatenation of ``a`` and ``b`` along ``axis``."""
-    return f"(Concat (TCons {a} (TCons {b} (TNil))) {axis})"
+    return Concat(TList(a, b), axis=axis)
 
 
 def _three(rng: Any) -> dict[str, Any]:
@@ -45,12 +46,12 @@ def _parts(rng: Any) -> dict[str, Any]:
 
 
 def _concat_binary(op: str) -> tuple[Variant, Variant]:
-    ctor = OPS[op].ctor
+    make = constructor(op)
     return both_ways(
-        pair(f"({ctor} a b)", f"({ctor} c d)", "ax"),
-        f"({ctor} {pair('a', 'c', 'ax')} {pair('b', 'd', 'ax')})",
-        "(= (shape a) (shape b))",
-        "(= (shape c) (shape d))",
+        pair(make("a", "b"), make("c", "d"), "ax"),
+        make(pair("a", "c", "ax"), pair("b", "d", "ax")),
+        equal(shape_of("a"), shape_of("b")),
+        equal(shape_of("c"), shape_of("d")),
     )
 
 
@@ -79,10 +80,14 @@ def _matrices(rng: Any) -> dict[str, Any]:
 
 
 def _matmul(x: str, y: str) -> str:
-    return f"(Matmul {x} {y} 0 0 d)"
+    return Matmul(x, y, dtype="d")
 
 
-_MATRICES = ("(= (vec-length (shape a)) 2)", "(= (vec-length (shape w)) 2)", "(= d (dtype a))")
+def _rank2(x: str) -> str:
+    return equal(f"(vec-length {shape_of(x)})", 2)
+
+
+_MATRICES = (_rank2("a"), _rank2("w"), equal("d", dtype_of("a")))
 
 
 def _nested(rng: Any) -> dict[str, Any]:
@@ -114,8 +119,8 @@ def _axiom(
 
 
 def _split_at_seam(index: int, part: str) -> Variant:
-    seam = ("(= (vec-length sizes) 2)", "(= (vec-get sizes 0) (vec-get (shape a) ax))")
-    return Variant(f"(Split {pair('a', 'c', 'ax')} ax sizes {index})", part, seam)
+    seam = (equal("(vec-length sizes)", 2), equal("(vec-get sizes 0)", f"(vec-get {shape_of('a')} ax)"))
+    return Variant(Split(pair("a", "c", "ax"), axis="ax", sizes="sizes", index=index), part, seam)
 
 
 def _elementwise(name: str, reason: str, lhs: Side, rhs: Side, *when: str, exact: bool) -> Rule:
@@ -208,16 +213,16 @@ RULES = [
         "[a; b] @ w = [a @ w; b @ w], a @ [w, v] = [a @ w, a @ v], [a, a2] @ [w; w2] = a @ w + a2 @ w2",
         (
             *both_ways(
-                pair(_matmul("a", "w"), _matmul("b", "w"), "0"), _matmul(pair("a", "b", "0"), "w"), *_MATRICES
+                pair(_matmul("a", "w"), _matmul("b", "w"), 0), _matmul(pair("a", "b", 0), "w"), *_MATRICES
             ),
             *both_ways(
-                pair(_matmul("a", "w"), _matmul("a", "v"), "1"), _matmul("a", pair("w", "v", "1")), *_MATRICES
+                pair(_matmul("a", "w"), _matmul("a", "v"), 1), _matmul("a", pair("w", "v", 1)), *_MATRICES
             ),
             *both_ways(
-                f"(Add {_matmul('a', 'w')} {_matmul('a2', 'w2')})",
-                _matmul(pair("a", "a2", "1"), pair("w", "w2", "0")),
+                Add(_matmul("a", "w"), _matmul("a2", "w2")),
+                _matmul(pair("a", "a2", 1), pair("w", "w2", 0)),
                 *_MATRICES,
-                "(= (vec-length (shape a2)) 2)",
+                _rank2("a2"),
                 "(reassociable d)",
             ),
         ),
@@ -233,8 +238,8 @@ RULES = [
                 pair(pair("a", "c", "j"), pair("b", "d", "j"), "i"),
                 (
                     "(!= i j)",
-                    "(= (vec-get (shape a) i) (vec-get (shape c) i))",
-                    "(= (vec-get (shape b) i) (vec-get (shape d) i))",
+                    equal(f"(vec-get {shape_of('a')} i)", f"(vec-get {shape_of('c')} i)"),
+                    equal(f"(vec-get {shape_of('b')} i)", f"(vec-get {shape_of('d')} i)"),
                 ),
             ),
         ),

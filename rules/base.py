@@ -1,6 +1,6 @@
-"""The rule format. Each rule has a name, a one-line reason, egglog patterns
-(over the constructors derived in ``eqsat.egraph``) and an example that ``eqsat.verify.check_rule``
-instantiates on random data to check both sides agree.
+"""The rule format. Each rule has a name, a one-line reason, egglog patterns (written with the typed
+constructors of ``eqsat.rules.terms``) and an example that ``eqsat.verify.check_rule`` instantiates on
+random data to check both sides agree.
 
 Pattern variables: tensors are bare names (``x``), attributes too (``p``); guards are egglog facts over
 them and the analyses ``(shape x)`` and ``(dtype x)``. A rule whose attribute arithmetic depends on a
@@ -16,6 +16,8 @@ from typing import Any
 from eqsat.ir import TensorType
 from eqsat.ops import OPS
 from eqsat.shapes import MAX_RANK
+
+from .terms import constructor
 
 # ``example(rng, **case)``: bindings for a rule's variables; a case (one of ``Rule.cases``) picks what
 # the random example may not reach, such as one combination of the dtypes a rule keeps apart.
@@ -123,11 +125,6 @@ def per_rank(
     return Rule(name, reason, tuple(make(r) for r in ranks), example)
 
 
-def vec(items: Iterable[str]) -> str:
-    items = list(items)
-    return f"(vec-of {' '.join(items)})" if items else "(vec-empty)"
-
-
 def rand_shape(rng: Any, rank: int, low: int = 1, high: int = 5) -> tuple[int, ...]:
     """A random shape for examples."""
     return tuple(int(d) for d in rng.integers(low, high, rank))
@@ -148,5 +145,5 @@ def example_dtype(op: str) -> str:
 
 
 def unary_pattern(op: str, inner: str) -> str:
-    attrs = " ".join(f"c_{a.name}" for a in OPS[op].attrs)
-    return f"({OPS[op].ctor} {inner}{' ' + attrs if attrs else ''})"
+    """``op`` of ``inner`` with each attribute a variable ``c_<name>`` (matching any value)."""
+    return constructor(op)(inner, **{a.name: f"c_{a.name}" for a in OPS[op].attrs})

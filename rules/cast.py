@@ -7,6 +7,7 @@ from typing import Any
 from eqsat.ir import TensorType
 
 from .base import Rule, Variant, rand_shape, rule
+from .terms import Cast, dtype_of, equal
 
 # (source, wider) pairs: every source value is exactly representable in the wider type.
 LOSSLESS = (
@@ -43,16 +44,20 @@ RULES = [
     rule(
         "cast-identity",
         "a cast to the dtype a tensor already has does nothing",
-        "(Cast x d)",
+        Cast("x", dtype="d"),
         "x",
-        "(= (dtype x) d)",
+        equal(dtype_of("x"), "d"),
         example=_identity_example,
     ),
     Rule(
         "cast-roundtrip",
         "casting to a wider type and back is lossless, so it does nothing",
         tuple(
-            Variant("(Cast (Cast x d1) d2)", "x", (f'(= d2 "{src}")', f'(= d1 "{wide}")', "(= (dtype x) d2)"))
+            Variant(
+                Cast(Cast("x", dtype="d1"), dtype="d2"),
+                "x",
+                (equal("d2", src), equal("d1", wide), equal(dtype_of("x"), "d2")),
+            )
             for src, wide in LOSSLESS
         ),
         _roundtrip_example,

@@ -14,52 +14,57 @@ from __future__ import annotations
 
 from typing import Any
 
-from eqsat.egraph import ANALYSIS
+from eqsat.egraph import CONSTANT_VALUE, CONSTANT_WEIGHT
 from eqsat.ir import TensorType
 from eqsat.ops.conv import CONV_AXES, LAYOUTS
 
-from .base import MultiVariant, Rule, Variant, both_ways, rand_shape, vec
-from .fusion import CONSTANT_WEIGHT
+from .base import MultiVariant, Rule, Variant, both_ways, rand_shape
+from .terms import (
+    Add,
+    BatchNorm,
+    Concat,
+    Conv2d,
+    Conv2dBiasAct,
+    Full,
+    Matmul,
+    Mul,
+    Reshape,
+    Rsqrt,
+    Split,
+    Sub,
+    TList,
+    constructor,
+    dtype_of,
+    equal,
+    shape_of,
+    vec,
+)
 
 F32 = "float32"
-_CONV = "(Conv2d x w st p dl g {layout})"
 _STATS = ("sc", "b", "m", "v")
-# ``(constant-value t)``: t is computed from leaves (parameters, constants) only: folding it into a
-# weight costs nothing at run time.
-CONSTANT_VALUE = (
-    "(relation constant-value (Tensor))",
-    f"(rule ((= t (Input n))) ((constant-value t)) :ruleset {ANALYSIS})",
-    f"(rule ((= t (Full s v d))) ((constant-value t)) :ruleset {ANALYSIS})",
-    f"(rule ((= t (Reshape a s)) (constant-value a)) ((constant-value t)) :ruleset {ANALYSIS})",
-    *(
-        f"(rule ((= t ({op} a b)) (constant-value a) (constant-value b)) ((constant-value t)) "
-        f":ruleset {ANALYSIS})"
-        for op in ("Add", "Sub", "Mul")
-    ),
-)
 
 
 def _along(rank: int, axis: int) -> str:
     """``(vec-of 1 .. o .. 1)``: the shape a vector of ``o`` channels takes to broadcast along ``axis``."""
-    ones = ["1"] * rank
+    ones: list[str | int] = [1] * rank
     ones[axis] = "o"
-    return f"(vec-of {' '.join(ones)})"
+    return vec(ones)
 
 
 def _fold(layout: str) -> Variant:
     axes = CONV_AXES[layout]
     axis, kernel, channels = axes.channel, _along(4, axes.kernel_out), _along(4, axes.channel)
-    conv = _CONV.format(layout=f'"{layout}"')
-    factor = "(Mul sc (Rsqrt (Add v (Full (vec-empty) eps d))))"
-    folded = f'(Conv2d x (Mul w (Reshape {factor} {kernel})) st p dl g "{layout}")'
-    shift = f"(Reshape (Sub b (Mul m {factor})) {channels})"
+    conv = _conv("x", "w", layout)
+    factor = Mul("sc", Rsqrt(Add("v", Full(shape="(vec-empty)", value="eps", dtype="d"))))
+    folded = _conv("x", Mul("w", Reshape(factor, shape=kernel)), layout)
+    shift = Reshape(Sub("b", Mul("m", factor)), shape=channels)
     return Variant(
-        f"(BatchNorm {conv} sc b m v eps {axis})",
-        f"(Add {folded} {shift})",
+        BatchNorm(conv, *_STATS, epsilon="eps", axis=axis),
+        Add(folded, shift),
         (
-            "(= d (dtype x))",
+            equal("d", dtype_of("x")),
             "(wide-float d)",
-            f"(= o (vec-get (shape {conv}) {axis}))",
+            equal("o", f"(vec-get {shape_of(conv)} {axis})"),
             *(f"(constant-value {t})" for t in ("w", *_STATS)),
         ),
     )
@@ -69,12 +74,12 @@ def _per_channel(rank: int, axis: int, *vectors: str) -> tuple[str, ...]:
     """Guards: ``y`` is a float32/float64 tensor of ``rank`` with ``o`` channels along ``axis``, each
     vector is of shape (o), ``s`` is the shape a vector is reshaped to to broadcast along ``axis``."""
     return (
-        "(= sy (shape y))",
-        f"(= (vec-length sy) {rank})",
-        "(wide-float (dtype y))",
-        f"(= o (vec-get sy {axis}))",
-        *(f"(= (shape {v}) (vec-of o))" for v in vectors),
-        f"(= s {_along(rank, axis)})",
+        equal("sy", shape_of("y")),
+        equal("(vec-length sy)", rank),
+        f"(wide-float {dtype_of('y')})",
+        equal("o", f"(vec-get sy {axis})"),
+        *(equal(shape_of(v), vec(["o"])) for v in vectors),
+        equal("s", _along(rank, axis)),
     )
 
 
@@ -82,28 +87,33 @@ _RANK_AXES = tuple((rank, axis) for rank in range(2, 5) for axis in range(1, ran
 
 
 def _bias(rank: int, axis: int) -> tuple[Variant, ...]:
-    moved = f"(BatchNorm y sc b (Sub m c) v eps {axis})"
+    moved = BatchNorm("y", "sc", "b", Sub("m", "c"), "v", epsilon="eps", axis=axis)
     guards = _per_channel(rank, axis, "c")
-    reshaped = Variant(f"(BatchNorm (Add y (Reshape c s)) sc b m v eps {axis})", moved, guards)
+    reshaped = Variant(
+        BatchNorm(Add("y", Reshape("c", shape="s")), *_STATS, epsilon="eps", axis=axis), moved, guards
+    )
     if axis < rank - 1:
         return (reshaped,)
-    return reshaped, Variant(f"(BatchNorm (Add y c) sc b m v eps {axis})", moved, guards[:-1])
+    return reshaped, Variant(BatchNorm(Add("y", "c"), *_STATS, epsilon="eps", axis=axis), moved, guards[:-1])
 
 
 def _written_out(rank: int, axis: int) -> tuple[Variant, ...]:
     """flax's BatchNorm at inference: (y - mean) * (rsqrt(var + eps) * scale) + bias, the vectors
     reshaped to broadcast along ``axis`` — as traced, and with the factor reshaped as a whole (after
     ``layout.drop_unit_dims``)."""
-    rsqrt = "(Rsqrt (Add {v} (Full (vec-empty) eps d)))"
+
+    def rsqrt(v: str) -> str:
+        return Rsqrt(Add(v, Full(shape="(vec-empty)", value="eps", dtype="d")))
+
     factors = (
-        f"(Mul {rsqrt.format(v='(Reshape v s)')} (Reshape sc s))",
-        f"(Reshape (Mul {rsqrt.format(v='v')} sc) s)",
+        Mul(rsqrt(Reshape("v", shape="s")), Reshape("sc", shape="s")),
+        Reshape(Mul(rsqrt("v"), "sc"), shape="s"),
     )
-    guards = (*_per_channel(rank, axis, *_STATS), "(= d (dtype y))")
+    guards = (*_per_channel(rank, axis, *_STATS), equal("d", dtype_of("y")))
     return tuple(
         Variant(
-            f"(Add (Mul (Sub y (Reshape m s)) {f}) (Reshape b s))",
-            f"(BatchNorm y sc b m v eps {axis})",
+            Add(Mul(Sub("y", Reshape("m", shape="s")), f), Reshape("b", shape="s")),
+            BatchNorm("y", *_STATS, epsilon="eps", axis=axis),
             guards,
         )
         for f in factors
@@ -160,29 +170,29 @@ def _unit_reshape(rng: Any) -> dict[str, Any]:
 
 
 def _pair(a: str, b: str, axis: int | str) -> str:
-    return f"(Concat (TCons {a} (TCons {b} (TNil))) {axis})"
+    return Concat(TList(a, b), axis=axis)
 
 
-def _conv(x: str, w: str, layout: str, groups: str = "g") -> str:
-    return f'(Conv2d {x} {w} st p dl {groups} "{layout}")'
+def _conv(x: str, w: str, layout: str, groups: str | int = "g") -> str:
+    return Conv2d(x, w, strides="st", padding="p", dilations="dl", groups=groups, layout=layout)
 
 
-_SAME = ("(= (shape a) (shape b))", "(= (shape w) (shape v))")
+_SAME = (equal(shape_of("a"), shape_of("b")), equal(shape_of("w"), shape_of("v")))
 
 
 def _linear(layout: str) -> tuple[Variant, ...]:
     """conv(a + b, w) = conv(a, w) + conv(b, w) and conv(a, w + v) = conv(a, w) + conv(a, v)."""
-    guard = ("(reassociable (dtype a))",)
+    guard = (f"(reassociable {dtype_of('a')})",)
     return (
         *both_ways(
-            _conv("(Add a b)", "w", layout),
-            f"(Add {_conv('a', 'w', layout)} {_conv('b', 'w', layout)})",
+            _conv(Add("a", "b"), "w", layout),
+            Add(_conv("a", "w", layout), _conv("b", "w", layout)),
             _SAME[0],
             *guard,
         ),
         *both_ways(
-            _conv("a", "(Add w v)", layout),
-            f"(Add {_conv('a', 'w', layout)} {_conv('a', 'v', layout)})",
+            _conv("a", Add("w", "v"), layout),
+            Add(_conv("a", "w", layout), _conv("a", "v", layout)),
             _SAME[1],
             *guard,
         ),
@@ -199,8 +209,8 @@ def _concats(layout: str) -> tuple[Variant, ...]:
             _pair(_conv("a", "w", layout), _conv("b", "w", layout), 0), _conv(_pair("a", "b", 0), "w", layout)
         ),
         *both_ways(
-            _pair(_conv("a", "w", layout, "1"), _conv("a", "v", layout, "1"), channel),
-            _conv("a", _pair("w", "v", out), layout, "1"),
+            _pair(_conv("a", "w", layout, 1), _conv("a", "v", layout, 1), channel),
+            _conv("a", _pair("w", "v", out), layout, 1),
         ),
     )
 
@@ -227,19 +237,16 @@ def _channel_sum(layout: str) -> tuple[Variant, ...]:
     parts may have different channel counts; everything else about them agrees."""
     channel, kin = CONV_AXES[layout].channel, CONV_AXES[layout].kernel_in
     guards = (
-        "(= sa (shape a))",
-        "(= sb (shape b))",
-        "(= sw (shape w))",
-        "(= sv (shape v))",
-        *(f"(= (vec-get sa {i}) (vec-get sb {i}))" for i in range(4) if i != channel),
-        *(f"(= (vec-get sw {i}) (vec-get sv {i}))" for i in range(4) if i != kin),
-        f"(= (vec-get sa {channel}) (vec-get sw {kin}))",
-        f"(= (vec-get sb {channel}) (vec-get sv {kin}))",
-        "(reassociable (dtype a))",
+        *(equal(f"s{t}", shape_of(t)) for t in "abwv"),
+        *(equal(f"(vec-get sa {i})", f"(vec-get sb {i})") for i in range(4) if i != channel),
+        *(equal(f"(vec-get sw {i})", f"(vec-get sv {i})") for i in range(4) if i != kin),
+        equal(f"(vec-get sa {channel})", f"(vec-get sw {kin})"),
+        equal(f"(vec-get sb {channel})", f"(vec-get sv {kin})"),
+        f"(reassociable {dtype_of('a')})",
     )
     return both_ways(
-        f"(Add {_conv('a', 'w', layout, '1')} {_conv('b', 'v', layout, '1')})",
-        _conv(_pair("a", "b", channel), _pair("w", "v", kin), layout, "1"),
+        Add(_conv("a", "w", layout, 1), _conv("b", "v", layout, 1)),
+        _conv(_pair("a", "b", channel), _pair("w", "v", kin), layout, 1),
         *guards,
     )
 
@@ -270,17 +277,16 @@ def _merge(n: int, layout: str) -> MultiVariant:
     the kernels concatenated along output channels, split back."""
     channel, out = CONV_AXES[layout].channel, CONV_AXES[layout].kernel_out
     idx = range(1, n + 1)
-    term = {i: _conv("x", f"w{i}", layout, "1") for i in idx}
-    facts = [f"(= m{i} {term[i]})" for i in idx]
+    term = {i: _conv("x", f"w{i}", layout, 1) for i in idx}
+    facts = [equal(f"m{i}", term[i]) for i in idx]
     facts += [f"(!= w{i} w{j})" for i in idx for j in idx if i < j]
-    facts += [f"(constant-weight w{i})" for i in idx] + [f"(= s{i} (shape w{i}))" for i in idx]
-    facts += [f"(= (vec-get s1 {a}) (vec-get s{i} {a}))" for i in idx[1:] for a in range(4) if a != out]
-    kernels = "(TNil)"
-    for i in reversed(idx):
-        kernels = f"(TCons w{i} {kernels})"
-    merged = _conv("x", f"(Concat {kernels} {out})", layout, "1")
+    facts += [f"(constant-weight w{i})" for i in idx] + [equal(f"s{i}", shape_of(f"w{i}")) for i in idx]
+    facts += [
+        equal(f"(vec-get s1 {a})", f"(vec-get s{i} {a})") for i in idx[1:] for a in range(4) if a != out
+    ]
+    merged = _conv("x", Concat(TList(*(f"w{i}" for i in idx)), axis=out), layout, 1)
     sizes = vec(f"(vec-get s{i} {out})" for i in idx)
-    actions = tuple(f"(union m{i} (Split {merged} {channel} {sizes} {i - 1}))" for i in idx)
+    actions = tuple(f"(union m{i} {Split(merged, axis=channel, sizes=sizes, index=i - 1)})" for i in idx)
     return MultiVariant(tuple(facts), actions, tuple(term[i] for i in idx))
 
 
@@ -301,21 +307,23 @@ def _epilogue(layout: str) -> tuple[Variant, ...]:
     either order; and the same on the conv's output with a batch of 1 dropped (as
     ``layout.drop_unit_dims`` leaves it), the fused conv then viewed the same way."""
     channel = CONV_AXES[layout].channel
-    conv = _CONV.format(layout=f'"{layout}"')
-    fused = f'(Conv2dBiasAct x w c st p dl g "{layout}" "none")'
-    shaped = (f"(= sy (shape {conv}))", f"(= o (vec-get sy {channel}))", "(= (shape c) (vec-of o))")
-    unit = (*shaped, "(= (vec-get sy 0) 1)", "(= s2 (vec-remove sy 0))")
-    viewed = (f"(Reshape {conv} s2)", f"(Reshape {fused} s2)")
+    conv = _conv("x", "w", layout)
+    fused = _fused("none", layout)
+    shaped = (
+        equal("sy", shape_of(conv)),
+        equal("o", f"(vec-get sy {channel})"),
+        equal(shape_of("c"), vec(["o"])),
+    )
+    unit = (*shaped, equal("(vec-get sy 0)", 1), equal("s2", "(vec-remove sy 0)"))
+    viewed = (Reshape(conv, shape="s2"), Reshape(fused, shape="s2"))
     forms = [
-        (conv, fused, "(Reshape c s)", (*shaped, f"(= s {_along(4, channel)})")),
-        (*viewed, "(Reshape c s3)", (*unit, f"(= s3 {_along(3, channel - 1)})")),
+        (conv, fused, Reshape("c", shape="s"), (*shaped, equal("s", _along(4, channel)))),
+        (*viewed, Reshape("c", shape="s3"), (*unit, equal("s3", _along(3, channel - 1)))),
     ]
     if channel == 3:  # channels last: the vector itself broadcasts
         forms += [(conv, fused, "c", shaped), (*viewed, "c", unit)]
     return tuple(
-        Variant(f"(Add {a} {b})", out, when)
-        for y, out, bias, when in forms
-        for a, b in ((y, bias), (bias, y))
+        Variant(Add(a, b), out, when) for y, out, bias, when in forms for a, b in ((y, bias), (bias, y))
     )
 
 
@@ -325,8 +333,9 @@ def _flat_example(rng: Any) -> dict[str, Any]:
     return {**ex, "s": (ex["y"].size,)}
 
 
-def _fused(act: str) -> str:
-    return f'(Conv2dBiasAct x w c st p dl g l "{act}")'
+def _fused(act: str, layout: str = "l") -> str:
+    window = {"strides": "st", "padding": "p", "dilations": "dl", "groups": "g"}
+    return Conv2dBiasAct("x", "w", "c", **window, layout=layout, act=act)
 
 
 def _matmul_example(rng: Any) -> dict[str, Any]:
@@ -341,7 +350,18 @@ def _matmul_example(rng: Any) -> dict[str, Any]:
     }
 
 
-_ONE_BY_ONE = ("(vec-of 1 1)", "(vec-of 0 0 0 0)")
+def _pointwise(x: str, w: str, layout: str) -> str:
+    """A conv of stride 1, no padding, one group (any dilation, any kernel: the guards ask for 1x1)."""
+    return Conv2d(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilations="dl", groups=1, layout=layout)
+
+
+def _dims(shape: str, *axes: int) -> list[str]:
+    return [f"(vec-get {shape} {a})" for a in axes]
+
+
+def _itself(term: str) -> str:
+    return term
+
 
 RULES = [
     Rule(
@@ -371,9 +391,9 @@ RULES = [
         "batch norm of y with a leading 1 dropped is batch norm of y (its axis one further), reshaped",
         (
             Variant(
-                "(BatchNorm (Reshape y s) sc b m v eps a)",
-                "(Reshape (BatchNorm y sc b m v eps (+ a 1)) s)",
-                ("(= sy (shape y))", "(= (vec-get sy 0) 1)", "(= s (vec-remove sy 0))"),
+                BatchNorm(Reshape("y", shape="s"), *_STATS, epsilon="eps", axis="a"),
+                Reshape(BatchNorm("y", *_STATS, epsilon="eps", axis="(+ a 1)"), shape="s"),
+                (equal("sy", shape_of("y")), equal("(vec-get sy 0)", 1), equal("s", "(vec-remove sy 0)")),
             ),
         ),
         _unit_reshape,
@@ -396,9 +416,9 @@ RULES = [
         "conv-activation-epilogue",
         "relu/gelu of a conv with a bias (or of a reshape of it) runs in its epilogue: no memory round trip",
         tuple(
-            Variant(f"({act.capitalize()} {view.format(_fused('none'))})", view.format(_fused(act)))
+            Variant(constructor(act)(view(_fused("none"))), view(_fused(act)))
             for act in ("relu", "gelu")
-            for view in ("{}", "(Reshape {} s)")
+            for view in (_itself, lambda t: Reshape(t, shape="s"))
         ),
         _flat_example,
     ),
@@ -407,27 +427,32 @@ RULES = [
         "a 1x1 convolution (stride 1, no padding, one group) is a matmul over the channels",
         (
             Variant(
-                f'(Conv2d xh wh {_ONE_BY_ONE[0]} {_ONE_BY_ONE[1]} dl 1 "NHWC")',
-                "(Matmul xh (Reshape wh (vec-of (vec-get s 2) (vec-get s 3))) 0 0 d)",
+                _pointwise("xh", "wh", "NHWC"),
+                Matmul("xh", Reshape("wh", shape=vec(_dims("s", 2, 3))), dtype="d"),
                 (
-                    "(= s (shape wh))",
-                    "(= (vec-get s 0) 1)",
-                    "(= (vec-get s 1) 1)",
-                    "(= d (dtype xh))",
+                    equal("s", shape_of("wh")),
+                    equal("(vec-get s 0)", 1),
+                    equal("(vec-get s 1)", 1),
+                    equal("d", dtype_of("xh")),
                     "(wide-float d)",
                 ),
             ),
             Variant(
-                f'(Conv2d x w {_ONE_BY_ONE[0]} {_ONE_BY_ONE[1]} dl 1 "NCHW")',
-                "(Reshape (Matmul (Reshape w (vec-of (vec-get s 0) (vec-get s 1))) "
-                "(Reshape x (vec-of (vec-get sx 0) (vec-get sx 1) (* (vec-get sx 2) (vec-get sx 3)))) 0 0 d) "
-                "(vec-of (vec-get sx 0) (vec-get s 0) (vec-get sx 2) (vec-get sx 3)))",
+                _pointwise("x", "w", "NCHW"),
+                Reshape(
+                    Matmul(
+                        Reshape("w", shape=vec(_dims("s", 0, 1))),
+                        Reshape("x", shape=vec([*_dims("sx", 0, 1), "(* (vec-get sx 2) (vec-get sx 3))"])),
+                        dtype="d",
+                    ),
+                    shape=vec([*_dims("sx", 0), *_dims("s", 0), *_dims("sx", 2, 3)]),
+                ),
                 (
-                    "(= s (shape w))",
-                    "(= (vec-get s 2) 1)",
-                    "(= (vec-get s 3) 1)",
-                    "(= sx (shape x))",
-                    "(= d (dtype x))",
+                    equal("s", shape_of("w")),
+                    equal("(vec-get s 2)", 1),
+                    equal("(vec-get s 3)", 1),
+                    equal("sx", shape_of("x")),
+                    equal("d", dtype_of("x")),
                     "(wide-float d)",
                 ),
             ),

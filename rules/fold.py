@@ -10,6 +10,23 @@ from typing import Any
 from eqsat.ir import TensorType
 
 from .base import Rule, Variant, rand_perm, rand_shape, rule
+from .terms import (
+    Add,
+    Cast,
+    Expand,
+    Full,
+    LogicalAnd,
+    Ne,
+    Reshape,
+    Select,
+    Sqrt,
+    Transpose,
+    dtype_of,
+    equal,
+    shape_of,
+)
+
+_FULL = Full(shape="s", value="v", dtype="d")
 
 
 def _full(rng: Any, rank: int) -> dict[str, Any]:
@@ -34,23 +51,23 @@ RULES = [
     rule(
         "expand-full",
         "expanding a constant-valued tensor is a bigger constant-valued tensor",
-        "(Expand (Full s v d) s2)",
-        "(Full s2 v d)",
+        Expand(_FULL, shape="s2"),
+        Full(shape="s2", value="v", dtype="d"),
         example=_expand_example,
     ),
     rule(
         "reshape-full",
         "reshaping a constant-valued tensor is a constant of the new shape",
-        "(Reshape (Full s v d) s2)",
-        "(Full s2 v d)",
+        Reshape(_FULL, shape="s2"),
+        Full(shape="s2", value="v", dtype="d"),
         example=_reshape_example,
     ),
     rule(
         "transpose-full",
         "transposing a constant-valued tensor is a constant of the permuted shape",
-        "(Transpose (Full s v d) p)",
-        "(Full s2 v d)",
-        "(= s2 (shape (Transpose (Full s v d) p)))",
+        Transpose(_FULL, perm="p"),
+        Full(shape="s2", value="v", dtype="d"),
+        equal("s2", shape_of(Transpose(_FULL, perm="p"))),
         example=_transpose_example,
     ),
 ]
@@ -60,8 +77,8 @@ RULES.append(
         "sqrt-full",
         "the square root of a constant is a constant: rounded once from float64, which is exact for "
         "every float dtype (float64 holds more than twice their precision)",
-        "(Sqrt (Full s v d))",
-        "(Full s (sqrt v) d)",
+        Sqrt(_FULL),
+        Full(shape="s", value="(sqrt v)", dtype="d"),
         "(float-dtype d)",
         "(>= v 0.0)",
         example=lambda rng: {"s": rand_shape(rng, 2), "v": float(rng.uniform(0.0, 100.0)), "d": "float32"},
@@ -69,7 +86,7 @@ RULES.append(
 )
 
 
-TRUE, FALSE = '(Full s 1.0 "bool")', '(Full s 0.0 "bool")'
+TRUE, FALSE = (Full(shape="s", value=v, dtype="bool") for v in (1.0, 0.0))
 
 
 def _mask_example(rng: Any) -> dict[str, Any]:
@@ -77,13 +94,14 @@ def _mask_example(rng: Any) -> dict[str, Any]:
     return {"c": TensorType(shape, "bool"), "s": shape, "x": TensorType(shape, "int32"), "d": "int32"}
 
 
+_ZERO = Full(shape="(vec-empty)", value=0.0, dtype="d")
 RULES += [
     rule(
         "select-true-false",
         "where(c, True, False) is c",
-        f"(Select c {TRUE} {FALSE})",
+        Select("c", TRUE, FALSE),
         "c",
-        "(= (shape c) s)",
+        equal(shape_of("c"), "s"),
         example=_mask_example,
     ),
     Rule(
@@ -91,9 +109,12 @@ RULES += [
         "where(c, a, 0) != 0 is c for a constant a != 0 (a 0/1 mask compared back to bool)",
         tuple(
             Variant(
-                f"(Ne (Select c (Full s a d) (Full s 0.0 d)) (Full {z} 0.0 d))",
+                Ne(
+                    Select("c", Full(shape="s", value="a", dtype="d"), Full(shape="s", value=0.0, dtype="d")),
+                    Full(shape=z, value=0.0, dtype="d"),
+                ),
                 "c",
-                ("(!= a 0.0)", "(= (shape c) s)"),
+                ("(!= a 0.0)", equal(shape_of("c"), "s")),
             )
             for z in ("(vec-empty)", "s")
         ),
@@ -103,7 +124,11 @@ RULES += [
         "cast-bool-ne-zero",
         "cast(c) != 0 is c for a boolean c (flax linen's float causal mask compared back to bool)",
         tuple(
-            Variant(f"(Ne (Cast c d) (Full {z} 0.0 d))", "c", ('(= (dtype c) "bool")', "(= (shape c) s)"))
+            Variant(
+                Ne(Cast("c", dtype="d"), Full(shape=z, value=0.0, dtype="d")),
+                "c",
+                (equal(dtype_of("c"), "bool"), equal(shape_of("c"), "s")),
+            )
             for z in ("(vec-empty)", "s")
         ),
         lambda rng: {**_mask_example(rng), "d": str(rng.choice(["float32", "bfloat16", "int8"]))},
@@ -112,18 +137,15 @@ RULES += [
         "and-true",
         "True & m is m (broadcast to the result's shape)",
         tuple(
-            Variant(lhs, "(Expand c s)", (f"(= s (shape {lhs}))",))
-            for lhs in (f"(LogicalAnd {TRUE} c)", f"(LogicalAnd c {TRUE})")
+            Variant(lhs, Expand("c", shape="s"), (equal("s", shape_of(lhs)),))
+            for lhs in (LogicalAnd(TRUE, "c"), LogicalAnd("c", TRUE))
         ),
         _mask_example,
     ),
     Rule(
         "add-int-zero",
         "i + 0 is i for integers (not for floats: -0.0 + 0 is +0.0)",
-        tuple(
-            Variant(lhs, "x", ("(int-dtype d)",))
-            for lhs in ("(Add x (Full (vec-empty) 0.0 d))", "(Add (Full (vec-empty) 0.0 d) x)")
-        ),
+        tuple(Variant(lhs, "x", ("(int-dtype d)",)) for lhs in (Add("x", _ZERO), Add(_ZERO, "x"))),
         _mask_example,
     ),
 ]

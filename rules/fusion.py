@@ -9,29 +9,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from eqsat.egraph import ANALYSIS, tlist
+from eqsat.egraph import CONSTANT_WEIGHT
 from eqsat.ir import TensorType
 
-from .base import MultiVariant, Rule, Variant, vec
+from .base import MultiVariant, Rule, Variant
+from .terms import (
+    Add,
+    Concat,
+    Fma,
+    Full,
+    Gelu,
+    Linear,
+    Matmul,
+    Mul,
+    Relu,
+    Scale,
+    Split,
+    Tanh,
+    TList,
+    equal,
+    shape_of,
+    vec,
+)
 
 F32 = "float32"
-
-
-# ``(constant-weight w)``: w is a leaf (a parameter, an input) or a constant fill, not a computed value.
-CONSTANT_WEIGHT = (
-    "(relation constant-weight (Tensor))",
-    f"(rule ((= w (Input n))) ((constant-weight w)) :ruleset {ANALYSIS})",
-    f"(rule ((= w (Full s v d))) ((constant-weight w)) :ruleset {ANALYSIS})",
-)
+_LINEAR = {"transpose_y": "ty", "act": "none", "dtype": "d"}
 
 
 def _bias_variants(r: int) -> tuple[Variant, ...]:
-    mm = "(Matmul x w 0 ty d)"
-    when = (f"(= s (shape {mm}))", f"(= (vec-length s) {r})", f"(= (shape b) (vec-of (vec-get s {r - 1})))")
-    return (
-        Variant(f"(Add {mm} b)", '(Linear x w b ty "none" d)', when),
-        Variant(f"(Add b {mm})", '(Linear x w b ty "none" d)', when),
+    mm = Matmul("x", "w", transpose_y="ty", dtype="d")
+    when = (
+        equal("s", shape_of(mm)),
+        equal("(vec-length s)", r),
+        equal(shape_of("b"), vec([f"(vec-get s {r - 1})"])),
     )
+    linear = Linear("x", "w", "b", **_LINEAR)
+    return Variant(Add(mm, "b"), linear, when), Variant(Add("b", mm), linear, when)
 
 
 def _linear_example(rng: Any) -> dict[str, Any]:
@@ -51,21 +64,28 @@ def _linear_example(rng: Any) -> dict[str, Any]:
 def _merge(kind: str, n: int, r: int) -> MultiVariant:
     """n matmuls (or linears) reading the same x -> one over concatenated weights, split back."""
     idx = range(1, n + 1)
-    term = {i: f"(Matmul x w{i} 0 0 d)" if kind == "matmul" else f"(Linear x w{i} b{i} 0 act d)" for i in idx}
-    facts = [f"(= m{i} {term[i]})" for i in idx]
-    facts += [f"(!= w{i} w{j})" for i in idx for j in idx if i < j]
-    facts += [f"(= sw{i} (shape w{i}))" for i in idx] + [f"(= (vec-length sw{i}) 2)" for i in idx]
-    facts += [f"(constant-weight w{i})" for i in idx]
-    facts.append(f"(= (vec-length (shape m1)) {r})")
-
-    weights = f"(Concat {tlist([f'w{i}' for i in idx])} 1)"
-    merged = (
-        f"(Matmul x {weights} 0 0 d)"
+    term = {
+        i: Matmul("x", f"w{i}", dtype="d")
         if kind == "matmul"
-        else f"(Linear x {weights} (Concat {tlist([f'b{i}' for i in idx])} 0) 0 act d)"
+        else Linear("x", f"w{i}", f"b{i}", act="act", dtype="d")
+        for i in idx
+    }
+    facts = [equal(f"m{i}", term[i]) for i in idx]
+    facts += [f"(!= w{i} w{j})" for i in idx for j in idx if i < j]
+    facts += [equal(f"sw{i}", shape_of(f"w{i}")) for i in idx] + [
+        equal(f"(vec-length sw{i})", 2) for i in idx
+    ]
+    facts += [f"(constant-weight w{i})" for i in idx]
+    facts.append(equal(f"(vec-length {shape_of('m1')})", r))
+
+    weights = Concat(TList(*(f"w{i}" for i in idx)), axis=1)
+    merged = (
+        Matmul("x", weights, dtype="d")
+        if kind == "matmul"
+        else Linear("x", weights, Concat(TList(*(f"b{i}" for i in idx)), axis=0), act="act", dtype="d")
     )
     sizes = vec(f"(vec-get sw{i} 1)" for i in idx)
-    actions = tuple(f"(union m{i} (Split {merged} {r - 1} {sizes} {i - 1}))" for i in idx)
+    actions = tuple(f"(union m{i} {Split(merged, axis=r - 1, sizes=sizes, index=i - 1)})" for i in idx)
     return MultiVariant(tuple(facts), actions, tuple(term[i] for i in idx))
 
 
@@ -84,9 +104,17 @@ def _near(var: str, value: float, tol: float = 1e-6) -> tuple[str, str]:
 # x·0.5·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as jax.nn.gelu writes it out (scalar products as scales).
 # x³ as x * (x * x) is how jax traces x ** 3 (XLA's repeated squaring); (x * x) * x as written by hand.
 _GELU_TANH = tuple(
-    "(Mul x (Scale (Add (Full (vec-empty) 1.0 d) "
-    f"(Tanh (Scale (Add x (Scale {cube} c1 0.0)) c2 0.0))) 0.5 0.0))"
-    for cube in ("(Mul x (Mul x x))", "(Mul (Mul x x) x)")
+    Mul(
+        "x",
+        Scale(
+            Add(
+                Full(shape="(vec-empty)", value=1.0, dtype="d"),
+                Tanh(Scale(Add("x", Scale(cube, scale="c1")), scale="c2")),
+            ),
+            scale=0.5,
+        ),
+    )
+    for cube in (Mul("x", Mul("x", "x")), Mul(Mul("x", "x"), "x"))
 )
 
 RULES = [
@@ -94,7 +122,7 @@ RULES = [
         "gelu-tanh-form",
         "the tanh approximation of GELU written out (as jax.nn.gelu traces) is the gelu op",
         tuple(
-            Variant(form, "(Gelu x)", (*_near("c1", 0.044715), *_near("c2", 0.7978845608)))
+            Variant(form, Gelu("x"), (*_near("c1", 0.044715), *_near("c2", 0.7978845608)))
             for form in _GELU_TANH
         ),
         lambda rng: {
@@ -115,8 +143,12 @@ RULES = [
         "linear-activation-epilogue",
         "relu/gelu of a linear runs in its epilogue: no extra memory round trip",
         (
-            Variant('(Relu (Linear x w b ty "none" d))', '(Linear x w b ty "relu" d)'),
-            Variant('(Gelu (Linear x w b ty "none" d))', '(Linear x w b ty "gelu" d)'),
+            Variant(
+                Relu(Linear("x", "w", "b", **_LINEAR)), Linear("x", "w", "b", **{**_LINEAR, "act": "relu"})
+            ),
+            Variant(
+                Gelu(Linear("x", "w", "b", **_LINEAR)), Linear("x", "w", "b", **{**_LINEAR, "act": "gelu"})
+            ),
         ),
         _linear_example,
     ),
@@ -124,8 +156,12 @@ RULES = [
         "mul-add-to-fma",
         "x*y + z in one pass instead of two",
         (
-            Variant("(Add (Mul x y) z)", "(Fma x y z)", ("(= (shape (Mul x y)) (shape z))",)),
-            Variant("(Add z (Mul x y))", "(Fma x y z)", ("(= (shape (Mul x y)) (shape z))",)),
+            Variant(
+                Add(Mul("x", "y"), "z"), Fma("x", "y", "z"), (equal(shape_of(Mul("x", "y")), shape_of("z")),)
+            ),
+            Variant(
+                Add("z", Mul("x", "y")), Fma("x", "y", "z"), (equal(shape_of(Mul("x", "y")), shape_of("z")),)
+            ),
         ),
         lambda rng: {k: TensorType((3, 4), F32) for k in "xyz"},
     ),

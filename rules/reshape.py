@@ -8,6 +8,7 @@ from eqsat.ir import TensorType
 from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant, rand_shape, rule
+from .terms import Add, Cast, Expand, Reshape, constructor, equal, shape_of, vec
 
 
 def _two_shapes(rng: Any) -> dict[str, Any]:
@@ -29,37 +30,37 @@ RULES = [
     rule(
         "reshape-compose",
         "a reshape of a reshape is one reshape to the final shape",
-        "(Reshape (Reshape x s1) s2)",
-        "(Reshape x s2)",
+        Reshape(Reshape("x", shape="s1"), shape="s2"),
+        Reshape("x", shape="s2"),
         example=_two_shapes,
     ),
     rule(
         "reshape-identity",
         "a reshape to the shape a tensor already has does nothing",
-        "(Reshape x s)",
+        Reshape("x", shape="s"),
         "x",
-        "(= (shape x) s)",
+        equal(shape_of("x"), "s"),
         example=_same_shape,
     ),
     rule(
         "expand-compose",
         "broadcasting is transitive: an expand of an expand is one expand to the final shape",
-        "(Expand (Expand x s1) s2)",
-        "(Expand x s2)",
+        Expand(Expand("x", shape="s1"), shape="s2"),
+        Expand("x", shape="s2"),
         example=_two_expands,
     ),
     rule(
         "expand-identity",
         "an expand to the shape a tensor already has does nothing",
-        "(Expand x s)",
+        Expand("x", shape="s"),
         "x",
-        "(= (shape x) s)",
+        equal(shape_of("x"), "s"),
         example=_same_shape,
     ),
 ]
 
 
-_BINARY = ("Add", "Sub", "Mul", "Div", "Maximum", "Minimum")
+_BINARY = [constructor(op) for op in ("add", "sub", "mul", "div", "maximum", "minimum")]
 
 
 def _implicit_broadcast_example(rng: Any) -> dict[str, Any]:
@@ -82,23 +83,18 @@ RULES += [
             variant
             for op in _BINARY
             for variant in (
-                Variant(f"({op} x (Expand y s))", f"({op} x y)", ("(= (shape x) s)",)),
-                Variant(f"({op} (Expand y s) x)", f"({op} y x)", ("(= (shape x) s)",)),
-                Variant(
-                    f"({op} x (Reshape y s1))",
-                    f"({op} x y)",
-                    (
-                        "(= s1 (vec-append (vec-of 1) (shape y)))",
-                        "(= (shape (" + op + " x (Reshape y s1))) (shape x))",
-                    ),
-                ),
-                Variant(
-                    f"({op} x (Reshape y s2))",
-                    f"({op} x y)",
-                    (
-                        "(= s2 (vec-append (vec-of 1 1) (shape y)))",
-                        "(= (shape (" + op + " x (Reshape y s2))) (shape x))",
-                    ),
+                Variant(op("x", Expand("y", shape="s")), op("x", "y"), (equal(shape_of("x"), "s"),)),
+                Variant(op(Expand("y", shape="s"), "x"), op("y", "x"), (equal(shape_of("x"), "s"),)),
+                *(
+                    Variant(
+                        op("x", Reshape("y", shape=s)),
+                        op("x", "y"),
+                        (
+                            equal(s, f"(vec-append {vec([1] * ones)} {shape_of('y')})"),
+                            equal(shape_of(op("x", Reshape("y", shape=s))), shape_of("x")),
+                        ),
+                    )
+                    for ones, s in ((1, "s1"), (2, "s2"))
                 ),
             )
         ),
@@ -113,17 +109,17 @@ def _bias_through_reshape(rs: int, rb: int, flipped: bool) -> Variant:
     product = trailing[-1]
     for term in reversed(trailing[:-1]):
         product = f"(* {term} {product})"
-    lhs = "(Add b (Reshape y s))" if flipped else "(Add (Reshape y s) b)"
-    inner = "(Add (Reshape b (vec-of n)) y)" if flipped else "(Add y (Reshape b (vec-of n)))"
+    y, b = Reshape("y", shape="s"), Reshape("b", shape=vec(["n"]))
+    lhs, inner = (Add("b", y), Add(b, "y")) if flipped else (Add(y, "b"), Add("y", b))
     return Variant(
         lhs,
-        f"(Reshape {inner} s)",
+        Reshape(inner, shape="s"),
         (
-            "(= (vec-length (shape y)) 2)",
-            "(= n (vec-get (shape y) 1))",
-            f"(= (vec-length s) {rs})",
-            f"(= (shape b) (vec-of {' '.join(trailing)}))",
-            f"(= n {product})",
+            equal(f"(vec-length {shape_of('y')})", 2),
+            equal("n", f"(vec-get {shape_of('y')} 1)"),
+            equal("(vec-length s)", rs),
+            equal(shape_of("b"), vec(trailing)),
+            equal("n", product),
         ),
     )
 
@@ -157,8 +153,8 @@ RULES.append(
     rule(
         "reshape-into-cast",
         "a cast is elementwise, so a reshape of a cast is the cast of the reshape",
-        "(Reshape (Cast x d) s)",
-        "(Cast (Reshape x s) d)",
+        Reshape(Cast("x", dtype="d"), shape="s"),
+        Cast(Reshape("x", shape="s"), dtype="d"),
         example=lambda rng: (lambda ex: {"x": ex["x"], "s": ex["s2"], "d": "float16"})(_two_shapes(rng)),
     )
 )

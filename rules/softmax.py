@@ -13,14 +13,35 @@ from typing import Any
 from eqsat.ir import TensorType
 
 from .base import Rule, Variant, rand_perm, rand_shape, rule
+from .terms import (
+    Add,
+    Cast,
+    Concat,
+    Div,
+    Exp,
+    Full,
+    IsFinite,
+    Maximum,
+    Mul,
+    ReduceMax,
+    ReduceSum,
+    Reshape,
+    Select,
+    Softmax,
+    Sub,
+    TList,
+    Transpose,
+    dtype_of,
+    equal,
+    shape_of,
+)
 
 F32 = "float32"
 
 
 def _stats(x: str, a: str) -> tuple[str, str]:
-    m = f"(ReduceMax {x} {a} 1)"
-    e = f"(Exp (Sub {x} {m}))"
-    return e, f"(ReduceSum {e} {a} 1)"
+    e = Exp(Sub(x, ReduceMax(x, axis=a, keepdim=1)))
+    return e, ReduceSum(e, axis=a, keepdim=1)
 
 
 def _x_axis(rng: Any) -> dict[str, Any]:
@@ -38,8 +59,10 @@ def _blocks(rng: Any) -> dict[str, Any]:
 
 
 _E, _L = _stats("x", "a")
+_NEG_INF = Full(shape="(vec-empty)", value=float("-inf"), dtype="d")
 # The row max where it is finite, else 0 (FlashAttention's guard): exp(x - max) is then never inf - inf.
-_SAFE_MAX = "(Select (IsFinite (ReduceMax x a 1)) (ReduceMax x a 1) (Full sm 0.0 d))"
+_MAX = ReduceMax("x", axis="a", keepdim=1)
+_SAFE_MAX = Select(IsFinite(_MAX), _MAX, Full(shape="sm", value=0.0, dtype="d"))
 
 RULES = [
     Rule(
@@ -47,12 +70,12 @@ RULES = [
         "softmax(x) = exp(x - m) / l with m = max(x), l = sum(exp(x - m)) (both directions; l summed in "
         "float32 for half precision, as jax.nn.softmax does)",
         (
-            Variant("(Softmax x a)", f"(Div {_E} {_L})"),
-            Variant(f"(Div {_E} {_L})", "(Softmax x a)"),
+            Variant(Softmax("x", axis="a"), Div(_E, _L)),
+            Variant(Div(_E, _L), Softmax("x", axis="a")),
             Variant(
-                f'(Div {_E} (Cast (ReduceSum (Cast {_E} "float32") a 1) d))',
-                "(Softmax x a)",
-                ("(= d (dtype x))",),
+                Div(_E, Cast(ReduceSum(Cast(_E, dtype="float32"), axis="a", keepdim=1), dtype="d")),
+                Softmax("x", axis="a"),
+                (equal("d", dtype_of("x")),),
             ),
         ),
         lambda rng: {**_x_axis(rng), "d": F32},
@@ -62,8 +85,8 @@ RULES = [
         "the max over two blocks is the max of the blocks' maxes",
         (
             Variant(
-                "(ReduceMax (Concat (TCons x (TCons x2 (TNil))) a) a 1)",
-                "(Maximum (ReduceMax x a 1) (ReduceMax x2 a 1))",
+                ReduceMax(Concat(TList("x", "x2"), axis="a"), axis="a", keepdim=1),
+                Maximum(ReduceMax("x", axis="a", keepdim=1), ReduceMax("x2", axis="a", keepdim=1)),
             ),
         ),
         _blocks,
@@ -73,8 +96,8 @@ RULES = [
         "the sum over two blocks is the sum of the blocks' sums",
         (
             Variant(
-                "(ReduceSum (Concat (TCons x (TCons x2 (TNil))) a) a 1)",
-                "(Add (ReduceSum x a 1) (ReduceSum x2 a 1))",
+                ReduceSum(Concat(TList("x", "x2"), axis="a"), axis="a", keepdim=1),
+                Add(ReduceSum("x", axis="a", keepdim=1), ReduceSum("x2", axis="a", keepdim=1)),
             ),
         ),
         _blocks,
@@ -84,11 +107,11 @@ RULES = [
         "stats-rescale",
         "sum(exp(x - m)) = sum(exp(x - mx)) * exp(mx - m), mx = max(x) where finite, else 0: a block's "
         "sum rescaled to a new max (a fully masked -inf row stays 0, a row with +inf stays inf)",
-        "(ReduceSum (Exp (Sub x m)) a 1)",
-        f"(Mul (ReduceSum (Exp (Sub x {_SAFE_MAX})) a 1) (Exp (Sub {_SAFE_MAX} m)))",
-        "(= sm (shape m))",
-        "(= sm (vec-set (shape x) a 1))",
-        "(= d (dtype x))",
+        ReduceSum(Exp(Sub("x", "m")), axis="a", keepdim=1),
+        Mul(ReduceSum(Exp(Sub("x", _SAFE_MAX)), axis="a", keepdim=1), Exp(Sub(_SAFE_MAX, "m"))),
+        equal("sm", shape_of("m")),
+        equal("sm", f"(vec-set {shape_of('x')} a 1)"),
+        equal("d", dtype_of("x")),
         example=_blocks,
         exact=False,
     ),
@@ -96,8 +119,8 @@ RULES = [
         "max-with-neg-inf",
         "max(-inf, y) = y (a scalar -inf broadcast against y)",
         (
-            Variant("(Maximum (Full (vec-empty) -inf d) y)", "y"),
-            Variant("(Maximum y (Full (vec-empty) -inf d))", "y"),
+            Variant(Maximum(_NEG_INF, "y"), "y"),
+            Variant(Maximum("y", _NEG_INF), "y"),
         ),
         lambda rng: {"y": TensorType(rand_shape(rng, 2), F32), "d": F32},
     ),
@@ -105,8 +128,14 @@ RULES = [
         "reduce-keepdim",
         "a reduction that drops the axis, reshaped to put it back, is the reduction keeping it",
         (
-            Variant("(Reshape (ReduceMax x a 0) s)", "(ReduceMax x a 1)", ("(= s (vec-set (shape x) a 1))",)),
-            Variant("(Reshape (ReduceSum x a 0) s)", "(ReduceSum x a 1)", ("(= s (vec-set (shape x) a 1))",)),
+            *(
+                Variant(
+                    Reshape(reduce("x", axis="a"), shape="s"),
+                    reduce("x", axis="a", keepdim=1),
+                    (equal("s", f"(vec-set {shape_of('x')} a 1)"),),
+                )
+                for reduce in (ReduceMax, ReduceSum)
+            ),
         ),
         lambda rng: (
             lambda ex: {**ex, "s": tuple(1 if i == ex["a"] else d for i, d in enumerate(ex["x"].shape))}
@@ -115,7 +144,12 @@ RULES = [
     Rule(
         "softmax-of-transpose",
         "softmax over axis a of x transposed by p is the softmax over x's axis p[a], transposed by p",
-        (Variant("(Softmax (Transpose x p) a)", "(Transpose (Softmax x (vec-get p a)) p)"),),
+        (
+            Variant(
+                Softmax(Transpose("x", perm="p"), axis="a"),
+                Transpose(Softmax("x", axis="(vec-get p a)"), perm="p"),
+            ),
+        ),
         lambda rng: (lambda ex: {**ex, "p": rand_perm(rng, len(ex["x"].shape))})(_x_axis(rng)),
     ),
 ]

@@ -18,8 +18,8 @@ from .base import (
     rand_shape,
     rule,
     unary_pattern,
-    vec,
 )
+from .terms import Expand, Full, Select, Transpose, constructor, equal, shape_of, vec
 
 
 def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str, Any]:
@@ -28,7 +28,7 @@ def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str, An
 
 
 def _through_unary(op: str) -> Rule:
-    outer, inner = f"(Transpose {unary_pattern(op, 'x')} p)", unary_pattern(op, "(Transpose x p)")
+    outer, inner = Transpose(unary_pattern(op, "x"), perm="p"), unary_pattern(op, Transpose("x", perm="p"))
 
     def example(rng: Any) -> dict[str, Any]:
         attrs = {f"c_{k}": v for k, v in UNARY_ATTRS.get(op, {}).items()}
@@ -43,7 +43,7 @@ def _through_unary(op: str) -> Rule:
 
 
 def _through_binary(op: str) -> Rule:
-    ctor = OPS[op].ctor
+    make = constructor(op)
 
     def example(rng: Any) -> dict[str, Any]:
         ex = _rank_example(rng, "p", dtype=example_dtype(op))
@@ -52,9 +52,9 @@ def _through_binary(op: str) -> Rule:
     return rule(
         f"transpose-out-of-{op}",
         f"{op} of two equally transposed, equal-shape tensors is one transpose",
-        f"({ctor} (Transpose x p) (Transpose y p))",
-        f"(Transpose ({ctor} x y) p)",
-        "(= (shape x) (shape y))",
+        make(Transpose("x", perm="p"), Transpose("y", perm="p")),
+        Transpose(make("x", "y"), perm="p"),
+        equal(shape_of("x"), shape_of("y")),
         example=example,
     )
 
@@ -63,10 +63,11 @@ def _reduction_out_of_transpose(op: str, r: int) -> Variant:
     """A transpose p of ``op(x, a)`` (which drops axis a of x, rank r) is ``op`` over the last axis of x
     transposed by p (renumbered past a) with a last."""
     shifted = [f"(+ (vec-get p {i}) (min 1 (max 0 (+ (- (vec-get p {i}) a) 1))))" for i in range(r - 1)]
+    reduce = constructor(op)
     return Variant(
-        f"(Transpose ({op} x a 0) p)",
-        f"({op} (Transpose x {vec([*shifted, 'a'])}) {r - 1} 0)",
-        (f"(= (vec-length p) {r - 1})",),
+        Transpose(reduce("x", axis="a"), perm="p"),
+        reduce(Transpose("x", perm=vec([*shifted, "a"])), axis=r - 1),
+        (equal("(vec-length p)", r - 1),),
     )
 
 
@@ -82,17 +83,17 @@ def _reduction_example(rng: Any) -> dict[str, Any]:
 def _transpose_out_of_masked_select(r: int, k: int) -> Variant:
     """``where(mask, transpose(x, p), fill)`` for a mask of rank ``k`` broadcast to rank ``r`` that
     varies over the last two axes only, and p fixes those two: the mask is the same after p."""
-    units = (f"(= (vec-get (shape m) {i}) 1)" for i in range(k - 2))
+    units = (equal(f"(vec-get {shape_of('m')} {i})", 1) for i in range(k - 2))
     return Variant(
-        "(Select (Expand m s) (Transpose x p) (Full s v d))",
-        "(Transpose (Select (Expand m sx) x (Full sx v d)) p)",
+        Select(Expand("m", shape="s"), Transpose("x", perm="p"), Full(shape="s", value="v", dtype="d")),
+        Transpose(Select(Expand("m", shape="sx"), "x", Full(shape="sx", value="v", dtype="d")), perm="p"),
         (
-            f"(= (vec-length p) {r})",
-            f"(= (vec-get p {r - 2}) {r - 2})",
-            f"(= (vec-get p {r - 1}) {r - 1})",
-            f"(= (vec-length (shape m)) {k})",
+            equal("(vec-length p)", r),
+            equal(f"(vec-get p {r - 2})", r - 2),
+            equal(f"(vec-get p {r - 1})", r - 1),
+            equal(f"(vec-length {shape_of('m')})", k),
             *units,
-            "(= sx (shape x))",
+            equal("sx", shape_of("x")),
         ),
     )
 
@@ -117,16 +118,16 @@ RULES = [
         "transpose-compose",
         "two transposes are one, by the composed permutation p1[p2[i]]",
         lambda r: Variant(
-            "(Transpose (Transpose x p1) p2)",
-            f"(Transpose x {vec(f'(vec-get p1 (vec-get p2 {i}))' for i in range(r))})",
-            (f"(= (vec-length p2) {r})",),
+            Transpose(Transpose("x", perm="p1"), perm="p2"),
+            Transpose("x", perm=vec(f"(vec-get p1 (vec-get p2 {i}))" for i in range(r))),
+            (equal("(vec-length p2)", r),),
         ),
         example=lambda rng: _rank_example(rng, "p1", "p2"),
     ),
     per_rank(
         "transpose-identity",
         "a transpose by the identity permutation does nothing",
-        lambda r: Variant("(Transpose x p)", "x", (f"(= p {vec(map(str, range(r)))})",)),
+        lambda r: Variant(Transpose("x", perm="p"), "x", (equal("p", vec(range(r))),)),
         example=lambda rng: (lambda ex: {**ex, "p": tuple(range(len(ex["x"].shape)))})(_rank_example(rng)),
     ),
     *(_through_unary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 1),
@@ -136,7 +137,7 @@ RULES = [
         "a transposed reduction is the reduction of the transposed input (its reduced axis last)",
         tuple(
             _reduction_out_of_transpose(op, r)
-            for op in ("ReduceMax", "ReduceSum")
+            for op in ("reduce_max", "reduce_sum")
             for r in range(2, MAX_RANK + 1)
         ),
         _reduction_example,

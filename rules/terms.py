@@ -1,0 +1,103 @@
+"""Typed constructors for rule patterns, derived from the op definitions (``eqsat.ops``): operands by
+position, attributes by keyword, rendered to egglog's s-expressions in the order the op declares its
+attributes — ``Matmul("x", "w", transpose_y=1, dtype="d")`` is ``(Matmul x w 0 1 d)``.
+
+An operand or an attribute given as a string is a pattern variable or a term (``"x"``, ``"(shape x)"``,
+``Exp("x")``), except that a string attribute one of the op's literal choices or a dtype name is a
+literal (``layout="NCHW"`` renders ``"NCHW"``); ints, floats and tuples of ints are literals. An omitted
+attribute is its default, so a pattern that omits it matches the default only: pass a variable to
+match any value. Guards are named helpers below (``has_shape``, ``has_dtype``...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from eqsat.egraph import literal, tlist
+from eqsat.ops import ACCUMULATE, LIKE_INPUT, OPS, VARIADIC, Attr, OpDef
+from eqsat.types import DTYPES
+
+Term = str  # egglog text
+Value = Term | int | float | tuple[int, ...]
+
+
+def _attribute(op: OpDef, attr: Attr, value: Value | None) -> str:
+    if value is None:
+        if attr.default is None or attr.default in (LIKE_INPUT, ACCUMULATE):
+            raise TypeError(f"{op.ctor} needs {attr.name}=")
+        value = attr.default
+    if isinstance(value, str):
+        is_literal = value in attr.choices or (attr.name.endswith("dtype") and value in DTYPES)
+        return literal(value) if is_literal else value
+    return literal(value)
+
+
+def constructor(name: str) -> Callable[..., Term]:
+    """The pattern constructor of canonical op ``name``."""
+    op = OPS[name]
+
+    def make(*operands: Term, **attrs: Value) -> Term:
+        if op.arity != VARIADIC and len(operands) != op.arity:
+            raise TypeError(f"{op.ctor} takes {op.arity} operands, got {len(operands)}")
+        unknown = set(attrs) - {a.name for a in op.attrs}
+        if unknown:
+            raise TypeError(f"{op.ctor} has no attribute {sorted(unknown)[0]!r}")
+        parts = [*operands, *(_attribute(op, a, attrs.get(a.name)) for a in op.attrs)]
+        return f"({' '.join([op.ctor, *parts])})"
+
+    make.__name__ = make.__qualname__ = op.ctor
+    make.__doc__ = op.doc
+    return make
+
+
+def TList(*items: Term) -> Term:
+    """The operand list of a variadic op (``Concat``)."""
+    return tlist(list(items))
+
+
+def vec(items: Iterable[Term | int]) -> Term:
+    """An egglog vector of ints (``IVec``)."""
+    items = [str(i) for i in items]
+    return f"(vec-of {' '.join(items)})" if items else "(vec-empty)"
+
+
+# Guards: facts over the analyses that a rule's left side must satisfy, e.g. ``equal(dtype_of("x"), "d")``.
+def shape_of(x: Term) -> Term:
+    """The shape the analysis gives ``x`` (an ``IVec``)."""
+    return f"(shape {x})"
+
+
+def dtype_of(x: Term) -> Term:
+    """The dtype the analysis gives ``x`` (a ``String``)."""
+    return f"(dtype {x})"
+
+
+def equal(a: Value, b: Value) -> Term:
+    """``a`` and ``b`` are equal (e-classes, attribute values or computed values); a dtype name is a
+    literal."""
+    return f"(= {_operand(a)} {_operand(b)})"
+
+
+def _operand(v: Value) -> str:
+    return literal(v) if (isinstance(v, str) and v in DTYPES) or not isinstance(v, str) else v
+
+
+Full = constructor("full")
+Matmul = constructor("matmul")
+Add, Sub, Mul, Div = (constructor(n) for n in ("add", "sub", "mul", "div"))
+Rem, Maximum, Minimum, Pow = (constructor(n) for n in ("rem", "maximum", "minimum", "pow"))
+Eq, Ne, Lt, Le, Gt, Ge = (constructor(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
+LogicalAnd, LogicalOr, LogicalNot = (constructor(n) for n in ("logical_and", "logical_or", "logical_not"))
+Iota = constructor("iota")
+Exp, Log, Tanh, Sigmoid = (constructor(n) for n in ("exp", "log", "tanh", "sigmoid"))
+Relu, Gelu, Neg, Sqrt, Rsqrt = (constructor(n) for n in ("relu", "gelu", "neg", "sqrt", "rsqrt"))
+Sin, Cos, IsFinite = (constructor(n) for n in ("sin", "cos", "is_finite"))
+Scale, Cast = constructor("scale"), constructor("cast")
+Transpose, Reshape, Expand = (constructor(n) for n in ("transpose", "reshape", "expand"))
+Concat, Split = constructor("concat"), constructor("split")
+ReduceMax, ReduceSum = constructor("reduce_max"), constructor("reduce_sum")
+Linear, Fma = constructor("linear"), constructor("fma")
+Attention, FlashAttention = constructor("attention"), constructor("flash_attention")
+Select, Softmax = constructor("select"), constructor("softmax")
+Conv2d, Conv2dBiasAct = constructor("conv2d"), constructor("conv2d_bias_act")
+Pool2d, BatchNorm = constructor("pool2d"), constructor("batch_norm")
