@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from eqsat.ir import TensorType
+from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant, both_ways, moderate, rand_perm, rule
 from .terms import Add, Div, Full, Matmul, Mul, Scale, Transpose, dtype_of, equal, shape_of, vec
@@ -205,13 +206,13 @@ RULES = [
     Rule(
         "transpose-of-matmul",
         "(a·b)ᵀ = bᵀ·aᵀ: a transposed product is the product of the swapped operands, flags flipped",
-        tuple(_transposed_product(r) for r in range(2, 7)),
+        tuple(_transposed_product(r) for r in range(2, MAX_RANK + 1)),
         _product_example,
     ),
     Rule(
         "transpose-into-matmul",
         "a transpose of the last two dims of a matmul operand is the operand's transpose flag",
-        tuple(v for r in range(2, 7) for v in _transpose_flags(r)),
+        tuple(v for r in range(2, MAX_RANK + 1) for v in _transpose_flags(r)),
         _transposed_operands,
     ),
     Rule(

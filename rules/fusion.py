@@ -11,6 +11,7 @@ from typing import Any
 
 from eqsat.egraph import CONSTANT_WEIGHT
 from eqsat.ir import TensorType
+from eqsat.shapes import MAX_RANK
 
 from .base import MultiVariant, Rule, Variant
 from .terms import (
@@ -136,7 +137,7 @@ RULES = [
     Rule(
         "matmul-bias-to-linear",
         "a matmul followed by a bias add over its last dim is one linear kernel",
-        tuple(v for r in range(2, 7) for v in _bias_variants(r)),
+        tuple(v for r in range(2, MAX_RANK + 1) for v in _bias_variants(r)),
         _linear_example,
     ),
     Rule(
@@ -168,7 +169,12 @@ RULES = [
     Rule(
         "merge-shared-input-matmuls",
         "matmuls (or linears) of one input by 2 or 3 weights are one matmul by the concatenated weights",
-        tuple(_merge(kind, n, r) for kind in ("matmul", "linear") for n in (2, 3) for r in range(2, 7)),
+        tuple(
+            _merge(kind, n, r)
+            for kind in ("matmul", "linear")
+            for n in (2, 3)
+            for r in range(2, MAX_RANK + 1)
+        ),
         _merge_example,
         prelude=CONSTANT_WEIGHT,  # so merged matmuls never merge again
     ),
