@@ -150,7 +150,6 @@ register_opaque("pd_op.fused_conv2d_add_act", _fused_conv2d_add_act)
 register_opaque("pd_op.batch_norm_", _batch_norm)
 register_opaque("pd_op.pow", _pow)
 register_opaque("pd_op.fused_bias_residual_layernorm", _fused_bias_residual_layernorm)
-register_opaque("pd_op.abs", lambda x, **_: jnp.abs(x))
 register_opaque("pd_op.layer_norm", _layer_norm)
 
 

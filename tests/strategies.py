@@ -163,7 +163,7 @@ def _opaque(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
 MAKERS: dict[str, Callable[..., Value | None]] = {
     **{name: _binary(name) for name in ("add", "sub", "mul", "div", "rem", "maximum", "minimum")},
     **{name: _unary(name, True) for name in ("exp", "log", "tanh", "sigmoid", "gelu", "sqrt", "rsqrt")},
-    **{name: _unary(name, False) for name in ("relu", "neg")},
+    **{name: _unary(name, False) for name in ("relu", "neg", "abs")},
     "transpose": _transpose,
     "reshape": _reshape,
     "expand": _expand,

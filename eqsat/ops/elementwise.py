@@ -254,6 +254,7 @@ UNARY = [
     _unary("tanh", "hyperbolic tangent", jnp.tanh),
     _unary("sigmoid", "1 / (1 + e**-x)", jax.nn.sigmoid, jax="logistic"),
     _unary("relu", "max(x, 0)", jax.nn.relu, jax="", floats_only=False),
+    _unary("abs", "|x| (integers: the minimum stays itself, as it wraps)", jnp.abs, floats_only=False),
     OpDef("gelu", 1, "GELU, tanh approximation", elementwise=True, check=floats, lower=gelu),
     OpDef("neg", 1, "-x", elementwise=True, check=numeric, lower=jnp.negative, jax=("neg",)),
     _unary("sqrt", "square root", jnp.sqrt),
