@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint fuzz bench clean notebooks
+.PHONY: setup demo test lint fuzz bench clean notebooks docs
 
 setup: $(STAMP)
 
@@ -24,11 +24,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 notebooks: $(STAMP)
 	$(PY) scripts/execute_notebooks.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache .ruff_cache
 
 fuzz: $(STAMP)
 	EQSAT_FUZZ_EXAMPLES=$${EQSAT_FUZZ_EXAMPLES:-500} $(PY) -m pytest tests/test_fuzz.py -p no:cacheprovider -rA
