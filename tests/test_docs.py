@@ -25,7 +25,7 @@ def test_a_pages_code_runs(page, monkeypatch):
     monkeypatch.chdir(ROOT)
     namespace: dict = {"__name__": f"docs_{page.stem}"}
     for i, block in enumerate(_BLOCK.findall(page.read_text())):
-        exec(compile(block, f"{page.name}[block {i}]", "exec"), namespace)  # noqa: S102
+        exec(compile(block, f"{page.name}[block {i}]", "exec"), namespace)
     assert os.getcwd() == str(ROOT)
 
 
