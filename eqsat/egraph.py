@@ -498,6 +498,16 @@ def extract_with_egglog(egraph: bindings.EGraph, enc: Encoding, original: Progra
         memo[id(dag), term] = result
         return result
 
-    extracted = [egraph.parse_and_run_program(f"(extract {root})")[0] for root in enc.roots]
+    extracted = [
+        _only(egraph.parse_and_run_program(f"(extract {root})"), bindings.ExtractBest) for root in enc.roots
+    ]
     rebuild.out.outputs = [build(e.termdag, e.term) for e in extracted]  # all dags alive: ids stay unique
     return rebuild.out
+
+
+def _only[T](outputs: list[Any], kind: type[T]) -> T:
+    """The one output of an egglog command, of the kind it must be."""
+    (out,) = outputs
+    if not isinstance(out, kind):
+        raise TypeError(f"egglog returned {type(out).__name__}, not {kind.__name__}")
+    return out

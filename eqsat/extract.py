@@ -324,7 +324,9 @@ def _program(
     lp.row_lower_ = np.array([lo for _, lo, _ in rows])
     lp.row_upper_ = np.array([hi for _, _, hi in rows])
     lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    starts, index, value = [0], [], []
+    starts: list[int] = [0]
+    index: list[int] = []
+    value: list[float] = []
     for coeffs, _, _ in rows:
         index.extend(coeffs)
         value.extend(coeffs.values())

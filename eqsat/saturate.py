@@ -242,9 +242,11 @@ class _Replayable:
 
     def step(self, commands: str) -> Any:
         """Run one iteration's commands; its run report."""
-        out = self.egraph.parse_and_run_program(commands)
+        out = self.egraph.parse_and_run_program(commands)[-1]
         self.history.append(commands)
-        return out[-1].report
+        if not isinstance(out, bindings.RunScheduleOutput):
+            raise TypeError(f"an iteration ended in {type(out).__name__}, not a run report")
+        return out.report
 
     def rewind(self, iterations: int) -> None:
         """Rebuild the e-graph as it was after the first ``iterations`` iterations."""

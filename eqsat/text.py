@@ -60,7 +60,9 @@ class Line:
 
 def split_top(text: str, sep: str = ",") -> list[str]:
     """Split on ``sep`` outside brackets; empty input gives an empty list."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "([{<":
             depth += 1

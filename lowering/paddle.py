@@ -259,7 +259,8 @@ def _rms_norm(
 
 def _arange(start: Any, end: Any, step: Any, *, dtype: str, **_: Any) -> jax.Array:
     """``pd_op.arange`` of constant start, end and step."""
-    return jnp.arange(*(np.asarray(v).item() for v in (start, end, step)), dtype=dtype)
+    first, last, stride = (np.asarray(v).item() for v in (start, end, step))
+    return jnp.arange(first, last, stride, dtype=dtype)
 
 
 register_opaque(

@@ -71,7 +71,7 @@ def _guards(scores: str, product: str) -> tuple[str, ...]:
 
 
 # (scores, bias, scale): q kᵀ with or without a scale and an additive bias
-_SCORES = (
+_SCORES: tuple[tuple[str, str, str | float], ...] = (
     (Add(Scale(QK, scale="c"), "b"), "b", "c"),
     (Add(QK, "b"), "b", 1.0),
     (Scale(QK, scale="c"), ZERO, "c"),
@@ -79,7 +79,7 @@ _SCORES = (
 )
 
 
-def _masked(scores: str) -> tuple[tuple[str, str, str], ...]:
+def _masked(scores: str) -> tuple[tuple[str, str, str | float], ...]:
     """(masked scores, mask, fill): unmasked, ``where(m, s, fill)``, ``where(broadcast m, s, fill)``."""
     fill = Full(shape="sf", value="f", dtype="ds")
     return (
@@ -139,7 +139,7 @@ def _causal(rank: int, compare: str, reshaped: bool) -> Variant:
     )
 
 
-def _broadcasts() -> list[tuple[str, str, tuple[str, ...]]]:
+def _broadcasts() -> list[tuple[tuple[str, str], tuple[str, ...]]]:
     out: list[tuple[tuple[str, str], tuple[str, ...]]] = [
         ((Expand("b", shape="se"), "m"), ()),
         (("b", Expand("m", shape="se")), ()),

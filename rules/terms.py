@@ -18,7 +18,7 @@ from eqsat.ops import ACCUMULATE, LIKE_INPUT, OPS, VARIADIC, Attr, OpDef
 from eqsat.types import DTYPES
 
 Term = str  # egglog text
-Value = Term | int | float | tuple[int, ...]
+Value = Term | int | float | tuple[int, ...] | tuple[float, ...]
 
 
 def _attribute(op: OpDef, attr: Attr, value: Value | None) -> str:
@@ -57,8 +57,8 @@ def TList(*items: Term) -> Term:
 
 def vec(items: Iterable[Term | int]) -> Term:
     """An egglog vector of ints (``IVec``)."""
-    items = [str(i) for i in items]
-    return f"(vec-of {' '.join(items)})" if items else "(vec-empty)"
+    texts = [str(i) for i in items]
+    return f"(vec-of {' '.join(texts)})" if texts else "(vec-empty)"
 
 
 # Guards: facts over the analyses that a rule's left side must satisfy, e.g. ``equal(dtype_of("x"), "d")``.

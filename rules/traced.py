@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from eqsat.ops import OPS, VARIADIC
 from .base import Rule, Variant
 
 Dim = tuple[str, int]  # (parameter, axis)
-Attr = tuple[int | Dim, ...] | int | Dim  # an attribute that may depend on the sizes
+type Attr = int | float | str | Dim | tuple[Attr, ...]  # an attribute that may depend on the sizes
 TypeLike = Any  # a TensorType or anything with .shape and .dtype (arrays, jax.ShapeDtypeStruct)
 
 
@@ -145,7 +145,7 @@ class TracedVariant:
     used: tuple[str, ...]  # the parameters the lhs reads
 
 
-def _is_dim(attr: Any) -> bool:
+def _is_dim(attr: Any) -> TypeGuard[Dim]:
     return isinstance(attr, tuple) and len(attr) == 2 and isinstance(attr[0], str)
 
 
@@ -154,7 +154,8 @@ def _generalize(a: Any, b: Any, dims: dict[int, Dim], new: dict[int, int]) -> At
     the example's dims; None if it is not one."""
     if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
         items = [_generalize(x, y, dims, new) for x, y in zip(a, b, strict=True)]
-        return None if any(i is None for i in items) else tuple(items)  # type: ignore[misc]
+        kept = [i for i in items if isinstance(i, int) or _is_dim(i)]
+        return tuple(kept) if len(kept) == len(items) else None
     if a == b and type(a) is type(b):
         return a
     if isinstance(a, int) and a in dims and new.get(a) == b:
@@ -270,6 +271,7 @@ def traced_variant(
     for k, (term, gen) in enumerate(zip(terms, generalized, strict=True)):
         rendered = []
         for value in gen if sizes != EXACT else term.attrs:
+            assert value is not None  # every attribute generalizes where the sizes are free
             if k == 0 and _depends(value):
                 attr_vars.append((f"attr{len(attr_vars)}", value))
                 rendered.append(attr_vars[-1][0])
@@ -335,8 +337,8 @@ def traced_rule(
             traced.append(
                 traced_variant(rhs, spellings[0], names, types, facts, f"rule {name} (rhs, example {i})")
             )
-    example = _examples(traced)
-    return Rule(name, reason, tuple(t.variant for t in traced), example, exact=exact, default=default), traced
+    variants = tuple(t.variant for t in traced)
+    return Rule(name, reason, variants, _examples(traced), exact=exact, default=default), traced
 
 
 def _examples(traced: Sequence[TracedVariant]) -> Callable[[Any], dict[str, Any]]:

@@ -126,8 +126,9 @@ class _Tracer:
             return [self.op(_SPELLED[name], *ins)]
         if name in _IDENTITY:
             return ins
-        if name == "custom_jvp_call" and _custom_name(params) in _RECOGNIZED_CUSTOM_JVP:
-            return [self.op(_RECOGNIZED_CUSTOM_JVP[_custom_name(params)], *ins)]
+        custom = _custom_name(params) if name == "custom_jvp_call" else None
+        if custom in _RECOGNIZED_CUSTOM_JVP:
+            return [self.op(_RECOGNIZED_CUSTOM_JVP[custom], *ins)]
         if name in _INLINE:
             inner = params.get("jaxpr", params.get("call_jaxpr", params.get("fun_jaxpr")))
             if inner is not None:

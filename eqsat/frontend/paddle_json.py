@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from eqsat.errors import ParseError
-from eqsat.text import NULL_TYPE, NULL_VALUE, Line
+from eqsat.text import NULL_TYPE, NULL_VALUE, AttrValue, Line
 
 _DIALECTS = {"0": "builtin", "1": "pd_op", "2": "cf", "3": "onednn_op"}
 _TYPE_DTYPES = {
@@ -46,7 +46,8 @@ def _type(t: dict[str, Any]) -> str:
 
 
 def _attr(a: dict[str, Any]) -> Any:
-    kind, data = a["#"].split(".", 1)[-1], a.get("D")
+    kind = a["#"].split(".", 1)[-1]
+    data: Any = a.get("D")
     if kind == "a_array":
         return tuple(_attr(x) for x in data)
     if kind == "a_bool":
@@ -77,7 +78,10 @@ def _line(number: int, op: dict[str, Any]) -> Line:
     outs = op.get("O", [])
     outs = outs if isinstance(outs, list) else [outs]
     if name == "builtin.parameter":  # A: (..., name); OA: (persistable, ...)
-        attrs = {"parameter_name": str(op["A"][3]), "persistable": int(op.get("OA", [1])[0])}
+        attrs: dict[str, AttrValue] = {
+            "parameter_name": str(op["A"][3]),
+            "persistable": int(op.get("OA", [1])[0]),
+        }
     else:
         attrs = {a["N"]: _attr(a["AT"]) for a in op.get("A", [])}
     return Line(

@@ -45,6 +45,8 @@ from eqsat.text import (
 
 # Paddle ops that are one canonical op of the same operands, from the ops' definitions.
 _SPELLED = {name: op for op in OPS.values() for name in op.paddle}
+# What reading one line gives: a value per result (a list of values for a ``vec`` result).
+Results = Sequence[Value | list[Value]]
 _IGNORED_ATTRS = {"place", "stop_gradient", "persistable"}
 _MAX_KEPT_CONSTANT = 4096  # elements of a constant whose contents the reader keeps
 
@@ -365,7 +367,7 @@ def _fetch(r: _Reader, line: Line) -> list[Value]:
     return []
 
 
-def _gelu(r: _Reader, line: Line) -> list[Value | list[Value]]:
+def _gelu(r: _Reader, line: Line) -> Results:
     """``approximate:true`` is the tanh form, eqsat's ``gelu``; the exact (erf) form stays opaque and
     runs as ``jax.nn.gelu(approximate=False)``."""
     _arity(line, 1)
@@ -379,7 +381,7 @@ def _gelu(r: _Reader, line: Line) -> list[Value | list[Value]]:
 _DROPOUT_MODES = {"upscale_in_train": False, "downgrade_in_infer": True, "downscale_in_infer": True}
 
 
-def _dropout(r: _Reader, line: Line) -> list[Value | list[Value]]:
+def _dropout(r: _Reader, line: Line) -> Results:
     """At inference (``is_test:true``) dropout is the identity or, in ``downgrade_in_infer`` mode, a
     scaling by 1 - p (p: the third operand); its mask result may not be read."""
     if not _flag(line, "is_test", False):
@@ -452,7 +454,7 @@ def _reduced_axes(r: _Reader, line: Line, x: Value) -> tuple[int, ...]:
     return tuple(a for a in range(len(dims)) if a not in kept[0])
 
 
-def _square(r: _Reader, line: Line) -> list[Value | list[Value]]:
+def _square(r: _Reader, line: Line) -> Results:
     """``pd.square`` and ``pd.pow {y:2}`` are x * x; other powers stay opaque."""
     _arity(line, 1)
     if _canonical(line.name) == "pd.pow" and line.attrs.get("y") != 2:
@@ -511,7 +513,7 @@ def _to_declared_shape(r: _Reader, line: Line) -> list[Value]:
     return [r.add(line, "reshape", [x], shape=shape)]
 
 
-def _split_with_num(r: _Reader, line: Line) -> list[Value | list[Value]]:
+def _split_with_num(r: _Reader, line: Line) -> Results:
     """``pd.split_with_num {num}`` along a constant axis: a list of ``split`` parts."""
     _arity(line, 2)
     x = r.tensor(line, line.operands[0])
@@ -534,16 +536,18 @@ def _split_with_num(r: _Reader, line: Line) -> list[Value | list[Value]]:
     return [[r.add(line, "split", [x], axis=axis, sizes=sizes, index=i) for i in range(num)]]
 
 
-def _fc(r: _Reader, line: Line) -> list[Value | list[Value]]:
+def _fc(r: _Reader, line: Line) -> Results:
     """``pd.fc`` (Paddle's fused matmul + bias + activation) over the last dim is a ``linear``."""
-    x, w, b = (r.tensor(line, o) for o in line.operands[:3]) if len(line.operands) == 3 else (None,) * 3
     act = {"": "none", "relu": "relu"}.get(str(line.attrs.get("activation_type", "")))
-    if x is None or act is None or line.attrs.get("in_num_col_dims") != x.type.rank - 1:
+    if len(line.operands) != 3 or act is None:
+        return _opaque(r, line)
+    x, w, b = (r.tensor(line, o) for o in line.operands)
+    if line.attrs.get("in_num_col_dims") != x.type.rank - 1:
         return _opaque(r, line)
     return [r.add(line, "linear", [x, w, b], act=act)]
 
 
-def _multihead_matmul(r: _Reader, line: Line) -> list[Value | list[Value]]:
+def _multihead_matmul(r: _Reader, line: Line) -> Results:
     """``pd.multihead_matmul`` (Paddle's fused attention block: x (B, S, D), packed weights (D, 3, N),
     bias (3, N), optional mask) as the canonical ops it stands for: one Q/K/V linear, heads split and
     laid out (B, H, S, N/H), ``attention`` scaled by alpha, heads merged back."""
@@ -622,7 +626,7 @@ def _conv2d(r: _Reader, line: Line) -> list[Value]:
 _FUSED_ACTIVATIONS = {"identity": None, "relu": "relu"}
 
 
-def _fused_conv2d_add_act(r: _Reader, line: Line) -> list[Value | list[Value]]:
+def _fused_conv2d_add_act(r: _Reader, line: Line) -> Results:
     """``pd.fused_conv2d_add_act(x, filter, bias?, residual?)`` (Paddle's conv fusion pass) is
     ``act(conv2d + bias + residual)`` in canonical ops, so the rules see through it (a batch norm after
     it folds in). Activations other than identity and relu, and split outputs, stay opaque."""
@@ -643,7 +647,8 @@ def _fused_conv2d_add_act(r: _Reader, line: Line) -> list[Value | list[Value]]:
         y = r.add(line, "add", [y, term])
     act = _FUSED_ACTIVATIONS[activation]
     y = y if act is None else r.add(line, act, [y])
-    return [y, []][: len(line.results)]
+    results: list[Value | list[Value]] = [y, []]
+    return results[: len(line.results)]
 
 
 def _conv(r: _Reader, line: Line, x: Value, w: Value) -> Value:
@@ -661,7 +666,7 @@ def _conv(r: _Reader, line: Line, x: Value, w: Value) -> Value:
     return r.add(line, "conv2d", [x, w], groups=groups, **attrs)
 
 
-def _batch_norm(r: _Reader, line: Line) -> list[Value | list[Value]]:
+def _batch_norm(r: _Reader, line: Line) -> Results:
     """``pd.batch_norm_(x, mean, variance, scale, bias)`` at inference (``is_test``) is ``batch_norm``;
     its statistics results are the running statistics, its reserve space is never read."""
     if not _flag(line, "is_test", False) or len(line.operands) != 5:
@@ -675,7 +680,7 @@ def _batch_norm(r: _Reader, line: Line) -> list[Value | list[Value]]:
     return [y, mean, var, mean, var, reserve][: len(line.results)]
 
 
-def _pool2d(r: _Reader, line: Line) -> list[Value | list[Value]]:
+def _pool2d(r: _Reader, line: Line) -> Results:
     """``pd.pool2d(x, kernel_size)``: max or average (``exclusive``: over the elements inside x),
     global, or adaptive where the output divides the input; ``ceil_mode`` as extra padding at the end
     (not for an inclusive average, which Paddle divides differently there)."""
@@ -688,6 +693,9 @@ def _pool2d(r: _Reader, line: Line) -> list[Value | list[Value]]:
     if kind == "avg":
         kind = "avg_exclusive" if exclusive else "avg"
     ceil = _flag(line, "ceil_mode", False)
+    window: tuple[int, ...]
+    strides: tuple[int, ...]
+    padding: tuple[int, ...]
     if _flag(line, "global_pooling", False):
         window, strides, padding = sizes, (1, 1), (0, 0, 0, 0)
     else:
@@ -717,7 +725,7 @@ def _spelled(r: _Reader, line: Line) -> list[Value]:
     return [r.add(line, op.name, [r.tensor(line, o) for o in line.operands])]
 
 
-def _opaque(r: _Reader, line: Line) -> list[Value | list[Value]]:
+def _opaque(r: _Reader, line: Line) -> Results:
     """An op eqsat does not know. Operands that are lists (``builtin.combine``) are flattened and absent
     ones (``<<NULL VALUE>>``) dropped; ``operands`` records the layout (``t`` a tensor, ``l<n>`` a list
     of n, ``n`` absent) for its lowering. A ``vec[...]`` result is a list of values."""
@@ -847,7 +855,7 @@ def _declared(line: Line) -> list[TensorType]:
     return types
 
 
-Handler = Callable[[_Reader, Line], list[Value]]
+Handler = Callable[[_Reader, Line], Results]
 HANDLERS: dict[str, Handler] = {
     "pd.full": _full,
     "pd.full_int_array": _full_int_array,
@@ -894,7 +902,7 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def _check_declared(line: Line, results: list[Value | list[Value]]) -> None:
+def _check_declared(line: Line, results: Results) -> None:
     """Each tensor result has its declared type (a dynamic -1 dim matches any size); lists (``vec``
     results) are checked element by element where they are split."""
     if _canonical(line.name) in ("pd.full_int_array", "builtin.combine", "builtin.split"):

@@ -21,6 +21,7 @@ from math import prod
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule, broadcasts_to
@@ -146,8 +147,11 @@ def _cudnn(
         return None
     try:
         full = None if bias is None else jnp.broadcast_to(bias, (*q.shape[:-1], k.shape[-2])).astype(q.dtype)
+        query, key, value = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))
         out = jax.nn.dot_product_attention(
-            *(jnp.swapaxes(t, 1, 2) for t in (q, k, v)),
+            query,
+            key,
+            value,
             bias=full,
             scale=scale,
             is_causal=causal,
@@ -168,7 +172,7 @@ def _pad(x: Array, axis: int, length: int, value: float | bool = 0) -> Array:
     return jnp.pad(x, widths, constant_values=value)
 
 
-def _scores_rank(x: Array, rank: int, dtype: object) -> Array:
+def _scores_rank(x: Array, rank: int, dtype: DTypeLike) -> Array:
     return x.reshape((1,) * (rank - x.ndim) + x.shape).astype(dtype)
 
 

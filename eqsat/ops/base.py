@@ -95,9 +95,7 @@ class OpDef:
         """The egglog constructor name: ``reduce_max`` -> ``ReduceMax``."""
         return "".join(part.capitalize() for part in self.name.split("_"))
 
-    def cost_phases(
-        self, ins: Sequence[TensorType], out: TensorType, attrs: dict
-    ) -> list[tuple[float, float]]:
+    def cost_phases(self, ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
         """(flops, bytes moved) per kernel this op runs as; view ops run as none."""
         if self.view:
             return []
@@ -172,7 +170,7 @@ def _coerce(op: str, attr: Attr, value: AttrValue) -> AttrValue:
                     raise ShapeError(f"{op}: unsupported dtype {value!r}")
                 if attr.choices and value not in attr.choices:
                     raise ShapeError(
-                        f"{op}: {attr.name} must be one of {', '.join(attr.choices)}, got {value!r}"
+                        f"{op}: {attr.name} must be one of {', '.join(map(str, attr.choices))}, got {value!r}"
                     )
                 return value
     raise bad

@@ -84,8 +84,8 @@ class Conv2d(ShapeRule):
         out = list(x)
         out[axes.channel] = ko
         for i, (axis, kaxis) in enumerate(zip(axes.spatial, axes.kernel_spatial, strict=True)):
-            pad = attrs["padding"][2 * i : 2 * i + 2]
-            out[axis] = window_out(x[axis], w[kaxis], *pad, attrs["strides"][i], attrs["dilations"][i])
+            lo, hi = attrs["padding"][2 * i : 2 * i + 2]
+            out[axis] = window_out(x[axis], w[kaxis], lo, hi, attrs["strides"][i], attrs["dilations"][i])
         return tuple(out)
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
@@ -111,8 +111,8 @@ class Pool2d(ShapeRule):
             raise ShapeError(f"pool2d needs rank-4 data and a 2-D window, got {x} and {attrs['window']}")
         out = list(x)
         for i, axis in enumerate(CONV_AXES[attrs["layout"]].spatial):
-            pad = attrs["padding"][2 * i : 2 * i + 2]
-            out[axis] = window_out(x[axis], attrs["window"][i], *pad, attrs["strides"][i])
+            lo, hi = attrs["padding"][2 * i : 2 * i + 2]
+            out[axis] = window_out(x[axis], attrs["window"][i], lo, hi, attrs["strides"][i])
         return tuple(out)
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple, overload
 
 import jax
 import jax.numpy as jnp
@@ -165,6 +166,10 @@ def product(spec: str, x: Array, y: Array, dtype: jnp.dtype, result: jnp.dtype |
     return jnp.einsum(spec, x.astype(dtype), y.astype(dtype), preferred_element_type=acc)
 
 
+@overload
+def block(x: Array, start: Array | int, size: int, axis: int) -> Array: ...
+@overload
+def block(x: None, start: Array | int, size: int, axis: int) -> None: ...
 def block(x: Opt, start: Array | int, size: int, axis: int) -> Opt:
     """A block of ``x`` along ``axis`` (from the end), or ``x`` itself where it broadcasts there."""
     if x is None or x.shape[axis] == 1:
@@ -175,7 +180,7 @@ def block(x: Opt, start: Array | int, size: int, axis: int) -> Opt:
 def _add_block(x: Array, update: Array, starts: dict[int, Array | int]) -> Array:
     """``x`` with ``update`` added in place at ``starts`` (axis from the end -> start) along the axes
     where ``x`` is not broadcast."""
-    index = [0] * x.ndim
+    index: list[Array | int] = [0] * x.ndim
     for axis, start in starts.items():
         if x.shape[axis] != 1:
             index[x.ndim + axis] = start
@@ -256,15 +261,31 @@ def blocked_attention(b: Blocks, q: Array, k: Array, v: Array, bias: Opt, mask: 
     return _forward(b, q, k, v, bias, mask)[0]
 
 
-def _fwd(b: Blocks, q: Array, k: Array, v: Array, bias: Opt, mask: Opt) -> tuple[Array, tuple[Opt, ...]]:
+class Residuals(NamedTuple):
+    """What the forward pass saves for the backward pass: its inputs, its output and the softmax stats."""
+
+    q: Array
+    k: Array
+    v: Array
+    bias: Opt
+    mask: Opt
+    out: Array
+    m: Array
+    total: Array
+
+
+def _fwd(b: Blocks, q: Array, k: Array, v: Array, bias: Opt, mask: Opt) -> tuple[Array, Residuals]:
     out, m, total = _forward(b, q, k, v, bias, mask)
-    return out, (q, k, v, bias, mask, out, m, total)
+    return out, Residuals(q, k, v, bias, mask, out, m, total)
 
 
-def _backward_block(b: Blocks, i: Array, j: Array, res: tuple[Opt, ...], grads: Grads) -> Grads:
-    """Adds query block ``i`` × key block ``j``'s share to the gradients: the probabilities are
-    recomputed from the saved stats, ``ds = p (dO vᵀ - rowsum(dO ∘ O))``."""
-    q, k, v, bias, mask, g, m, total, delta = res
+def _backward_block(
+    b: Blocks, i: Array, j: Array, res: Residuals, g: Array, delta: Array, grads: Grads
+) -> Grads:
+    """Adds query block ``i`` × key block ``j``'s share to the gradients (``g`` the output's
+    gradient, ``delta`` rowsum(dO ∘ O)): the probabilities are recomputed from the saved stats,
+    ``ds = p (dO vᵀ - delta)``."""
+    q, k, v, bias, mask, _, m, total = res
     dq, dbias, dk, dv = grads
     rows, cols = i * b.bq, j * b.bk
     qt, gt, m_t, total_t, delta_t = (block(t, rows, b.bq, -2) for t in (q, g, m, total, delta))
@@ -283,19 +304,18 @@ def _backward_block(b: Blocks, i: Array, j: Array, res: tuple[Opt, ...], grads: 
     return dq, dbias, dk, dv
 
 
-def _bwd(b: Blocks, residuals: tuple[Opt, ...], g: Array) -> tuple[Array, Array, Array, Opt, None]:
-    q, k, v, bias, mask, out, m, total = residuals
+def _bwd(b: Blocks, res: Residuals, g: Array) -> tuple[Array, Array, Array, Opt, None]:
+    q, k, v, bias = res.q, res.k, res.v, res.bias
     b = b.backward()
-    assert q is not None and k is not None and v is not None and out is not None
-    res = (q, k, v, bias, mask, g, m, total, jnp.sum(g * out, axis=-1, keepdims=True))
-    acc = out.dtype
+    delta = jnp.sum(g * res.out, axis=-1, keepdims=True)
+    acc = res.out.dtype
 
     def key_block(carry: tuple[Array, Opt], j: Array) -> tuple[tuple[Array, Opt], tuple[Array, Array]]:
         dk, dv = (jnp.zeros(block(t, j * b.bk, b.bk, -2).shape, acc) for t in (k, v))
         dq, dbias, dk, dv = lax.fori_loop(
             b.first_query_block(j),
             b.nq,
-            lambda i, grads: _backward_block(b, i, j, res, grads),
+            lambda i, grads: _backward_block(b, i, j, res, g, delta, grads),
             (*carry, dk, dv),
         )
         return (dq, dbias), (dk, dv)
