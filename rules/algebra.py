@@ -16,7 +16,22 @@ from eqsat.ir import TensorType
 from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant, both_ways, moderate, rand_perm, rule
-from .terms import Add, Div, Full, Matmul, Mul, Scale, Transpose, dtype_of, equal, shape_of, vec
+from .terms import (
+    Add,
+    Div,
+    Full,
+    Matmul,
+    Mul,
+    Scale,
+    Transpose,
+    dtype_of,
+    equal,
+    float_dtype,
+    reassociable,
+    shape_of,
+    vec,
+    wide_float,
+)
 
 F32 = "float32"
 _FLAGS = {"transpose_x": "tx", "transpose_y": "ty", "dtype": "d"}
@@ -77,12 +92,12 @@ def _transpose_flags(r: int) -> tuple[Variant, ...]:
 
 def _plain(*names: str) -> tuple[str, ...]:
     """Guards: matmuls of ``d`` = the operands' dtype, a dtype that reassociates safely."""
-    return (equal("d", dtype_of(names[0])), "(reassociable d)")
+    return (equal("d", dtype_of(names[0])), reassociable("d"))
 
 
 def _scalable(x: str, *constants: str) -> tuple[str, ...]:
     """Guards: ``x`` is float32/float64 and every constant is of moderate magnitude."""
-    return (f"(wide-float {dtype_of(x)})", *(f for c in constants for f in moderate(c)))
+    return (wide_float(dtype_of(x)), *(f for c in constants for f in moderate(c)))
 
 
 def _transposed_operands(rng: Any) -> dict[str, Any]:
@@ -189,8 +204,8 @@ RULES = [
         "scalar-mul-to-scale",
         "multiplying a floating-point tensor by a scalar constant is a scale",
         (
-            Variant(Mul("x", _SCALAR), Scale("x", scale="c"), ("(float-dtype d)",)),
-            Variant(Mul(_SCALAR, "x"), Scale("x", scale="c"), ("(float-dtype d)",)),
+            Variant(Mul("x", _SCALAR), Scale("x", scale="c"), (float_dtype("d"),)),
+            Variant(Mul(_SCALAR, "x"), Scale("x", scale="c"), (float_dtype("d"),)),
         ),
         _scaled,
     ),

@@ -39,8 +39,11 @@ from .terms import (
     Scale,
     Select,
     Softmax,
+    differ,
     dtype_of,
     equal,
+    float_dtype,
+    half_float,
     shape_of,
     vec,
 )
@@ -65,8 +68,8 @@ def _guards(scores: str, product: str) -> tuple[str, ...]:
         equal("a", _LAST),
         equal(shape_of(scores), shape_of(QK)),
         equal("dq", dtype_of("q")),
-        "(float-dtype dq)",
-        "(float-dtype ds)",
+        float_dtype("dq"),
+        float_dtype("ds"),
     )
 
 
@@ -97,7 +100,7 @@ def _masked(scores: str) -> tuple[tuple[str, str, str | float], ...]:
 _PRECISIONS: tuple[tuple[Callable[[str], str], str, tuple[str, ...]], ...] = (
     (lambda s: Softmax(s, axis="a"), "ds", (equal("ds", "dq"),)),
     (lambda s: Cast(Softmax(s, axis="a"), dtype="dq"), "ds", ()),
-    (lambda s: Cast(Softmax(Cast(s, dtype="dm"), axis="a"), dtype="dq"), "dm", ("(float-dtype dm)",)),
+    (lambda s: Cast(Softmax(Cast(s, dtype="dm"), axis="a"), dtype="dq"), "dm", (float_dtype("dm"),)),
 )
 
 
@@ -251,8 +254,8 @@ RULES = [
         "half-precision scores and softmax computed in float32 instead (more precise than the program: "
         "off by default; outputs move by up to a few half-precision ulps, by O(1) where scores are large)",
         (
-            Variant(_ATTENTION, _FLOAT32_SOFTMAX, ("(half-float ds)", '(!= dm "float64")')),
-            Variant(_ATTENTION, _FLOAT32_SOFTMAX, (equal("ds", F32), "(half-float dm)")),
+            Variant(_ATTENTION, _FLOAT32_SOFTMAX, (half_float("ds"), differ("dm", "float64"))),
+            Variant(_ATTENTION, _FLOAT32_SOFTMAX, (equal("ds", F32), half_float("dm"))),
         ),
         functools.partial(_example, dq="bfloat16"),
         exact=False,

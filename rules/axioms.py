@@ -18,11 +18,23 @@ from eqsat.ops import OPS
 
 from .algebra import RULES as ALGEBRA
 from .base import UNARY_ATTRS, Example, Rule, Variant, both_ways, example_dtype, rand_shape, unary_pattern
-from .terms import Add, Concat, Matmul, Split, TList, constructor, dtype_of, equal, shape_of
+from .terms import (
+    Add,
+    Concat,
+    Matmul,
+    Split,
+    TList,
+    constructor,
+    differ,
+    dtype_of,
+    equal,
+    reassociable,
+    shape_of,
+)
 from .traced import Side, traced_rule
 
 F32 = "float32"
-REASSOCIABLE = (f"(reassociable {dtype_of('x')})",)
+REASSOCIABLE = (reassociable(dtype_of("x")),)
 
 
 def pair(a: str, b: str, axis: str | int) -> str:
@@ -223,7 +235,7 @@ RULES = [
                 _matmul(pair("a", "a2", 1), pair("w", "w2", 0)),
                 *_MATRICES,
                 _rank2("a2"),
-                "(reassociable d)",
+                reassociable("d"),
             ),
         ),
         _matrices,
@@ -237,7 +249,7 @@ RULES = [
                 pair(pair("a", "b", "i"), pair("c", "d", "i"), "j"),
                 pair(pair("a", "c", "j"), pair("b", "d", "j"), "i"),
                 (
-                    "(!= i j)",
+                    differ("i", "j"),
                     equal(f"(vec-get {shape_of('a')} i)", f"(vec-get {shape_of('c')} i)"),
                     equal(f"(vec-get {shape_of('b')} i)", f"(vec-get {shape_of('d')} i)"),
                 ),

@@ -33,11 +33,16 @@ from .terms import (
     Split,
     Sub,
     TList,
+    constant_value,
+    constant_weight,
     constructor,
+    differ,
     dtype_of,
     equal,
+    reassociable,
     shape_of,
     vec,
+    wide_float,
 )
 
 F32 = "float32"
@@ -63,9 +68,9 @@ def _fold(layout: str) -> Variant:
         Add(folded, shift),
         (
             equal("d", dtype_of("x")),
-            "(wide-float d)",
+            wide_float("d"),
             equal("o", f"(vec-get {shape_of(conv)} {axis})"),
-            *(f"(constant-value {t})" for t in ("w", *_STATS)),
+            *(constant_value(t) for t in ("w", *_STATS)),
         ),
     )
 
@@ -76,7 +81,7 @@ def _per_channel(rank: int, axis: int, *vectors: str) -> tuple[str, ...]:
     return (
         equal("sy", shape_of("y")),
         equal("(vec-length sy)", rank),
-        f"(wide-float {dtype_of('y')})",
+        wide_float(dtype_of("y")),
         equal("o", f"(vec-get sy {axis})"),
         *(equal(shape_of(v), vec(["o"])) for v in vectors),
         equal("s", _along(rank, axis)),
@@ -182,7 +187,7 @@ _SAME = (equal(shape_of("a"), shape_of("b")), equal(shape_of("w"), shape_of("v")
 
 def _linear(layout: str) -> tuple[Variant, ...]:
     """conv(a + b, w) = conv(a, w) + conv(b, w) and conv(a, w + v) = conv(a, w) + conv(a, v)."""
-    guard = (f"(reassociable {dtype_of('a')})",)
+    guard = (reassociable(dtype_of("a")),)
     return (
         *both_ways(
             _conv(Add("a", "b"), "w", layout),
@@ -242,7 +247,7 @@ def _channel_sum(layout: str) -> tuple[Variant, ...]:
         *(equal(f"(vec-get sw {i})", f"(vec-get sv {i})") for i in range(4) if i != kin),
         equal(f"(vec-get sa {channel})", f"(vec-get sw {kin})"),
         equal(f"(vec-get sb {channel})", f"(vec-get sv {kin})"),
-        f"(reassociable {dtype_of('a')})",
+        reassociable(dtype_of("a")),
     )
     return both_ways(
         Add(_conv("a", "w", layout, 1), _conv("b", "v", layout, 1)),
@@ -279,8 +284,8 @@ def _merge(n: int, layout: str) -> MultiVariant:
     idx = range(1, n + 1)
     term = {i: _conv("x", f"w{i}", layout, 1) for i in idx}
     facts = [equal(f"m{i}", term[i]) for i in idx]
-    facts += [f"(!= w{i} w{j})" for i in idx for j in idx if i < j]
-    facts += [f"(constant-weight w{i})" for i in idx] + [equal(f"s{i}", shape_of(f"w{i}")) for i in idx]
+    facts += [differ(f"w{i}", f"w{j}") for i in idx for j in idx if i < j]
+    facts += [constant_weight(f"w{i}") for i in idx] + [equal(f"s{i}", shape_of(f"w{i}")) for i in idx]
     facts += [
         equal(f"(vec-get s1 {a})", f"(vec-get s{i} {a})") for i in idx[1:] for a in range(4) if a != out
     ]
@@ -434,7 +439,7 @@ RULES = [
                     equal("(vec-get s 0)", 1),
                     equal("(vec-get s 1)", 1),
                     equal("d", dtype_of("xh")),
-                    "(wide-float d)",
+                    wide_float("d"),
                 ),
             ),
             Variant(
@@ -453,7 +458,7 @@ RULES = [
                     equal("(vec-get s 3)", 1),
                     equal("sx", shape_of("x")),
                     equal("d", dtype_of("x")),
-                    "(wide-float d)",
+                    wide_float("d"),
                 ),
             ),
         ),

@@ -21,8 +21,11 @@ from .terms import (
     Select,
     Sqrt,
     Transpose,
+    differ,
     dtype_of,
     equal,
+    float_dtype,
+    int_dtype,
     shape_of,
 )
 
@@ -79,7 +82,7 @@ RULES.append(
         "every float dtype (float64 holds more than twice their precision)",
         Sqrt(_FULL),
         Full(shape="s", value="(sqrt v)", dtype="d"),
-        "(float-dtype d)",
+        float_dtype("d"),
         "(>= v 0.0)",
         example=lambda rng: {"s": rand_shape(rng, 2), "v": float(rng.uniform(0.0, 100.0)), "d": "float32"},
     )
@@ -114,7 +117,7 @@ RULES += [
                     Full(shape=z, value=0.0, dtype="d"),
                 ),
                 "c",
-                ("(!= a 0.0)", equal(shape_of("c"), "s")),
+                (differ("a", 0.0), equal(shape_of("c"), "s")),
             )
             for z in ("(vec-empty)", "s")
         ),
@@ -145,7 +148,7 @@ RULES += [
     Rule(
         "add-int-zero",
         "i + 0 is i for integers (not for floats: -0.0 + 0 is +0.0)",
-        tuple(Variant(lhs, "x", ("(int-dtype d)",)) for lhs in (Add("x", _ZERO), Add(_ZERO, "x"))),
+        tuple(Variant(lhs, "x", (int_dtype("d"),)) for lhs in (Add("x", _ZERO), Add(_ZERO, "x"))),
         _mask_example,
     ),
 ]

@@ -28,6 +28,8 @@ from .terms import (
     Split,
     Tanh,
     TList,
+    constant_weight,
+    differ,
     equal,
     shape_of,
     vec,
@@ -72,11 +74,11 @@ def _merge(kind: str, n: int, r: int) -> MultiVariant:
         for i in idx
     }
     facts = [equal(f"m{i}", term[i]) for i in idx]
-    facts += [f"(!= w{i} w{j})" for i in idx for j in idx if i < j]
+    facts += [differ(f"w{i}", f"w{j}") for i in idx for j in idx if i < j]
     facts += [equal(f"sw{i}", shape_of(f"w{i}")) for i in idx] + [
         equal(f"(vec-length sw{i})", 2) for i in idx
     ]
-    facts += [f"(constant-weight w{i})" for i in idx]
+    facts += [constant_weight(f"w{i}") for i in idx]
     facts.append(equal(f"(vec-length {shape_of('m1')})", r))
 
     weights = Concat(TList(*(f"w{i}" for i in idx)), axis=1)

@@ -78,6 +78,33 @@ def equal(a: Value, b: Value) -> Term:
     return f"(= {_operand(a)} {_operand(b)})"
 
 
+def differ(a: Value, b: Value) -> Term:
+    """``a`` and ``b`` are different (e-classes or values)."""
+    return f"(!= {_operand(a)} {_operand(b)})"
+
+
+def _relation(name: str, doc: str) -> Callable[[Term], Term]:
+    def holds(x: Term) -> Term:
+        return f"({name} {x})"
+
+    holds.__name__ = holds.__qualname__ = name.replace("-", "_")
+    holds.__doc__ = doc
+    return holds
+
+
+# Relations over dtypes (the analysis module fills them for every dtype) and over tensors (installed
+# with the rules that need them: ``eqsat.egraph.CONSTANT_WEIGHT``, ``CONSTANT_VALUE``).
+float_dtype = _relation("float-dtype", "The dtype ``d`` is a floating-point dtype.")
+wide_float = _relation("wide-float", "The dtype ``d`` is float32 or float64.")
+half_float = _relation("half-float", "The dtype ``d`` is float16 or bfloat16.")
+int_dtype = _relation("int-dtype", "The dtype ``d`` is an integer dtype.")
+reassociable = _relation(
+    "reassociable", "Sums and products of dtype ``d`` may be regrouped (wide floats, ints)."
+)
+constant_weight = _relation("constant-weight", "``w`` is a leaf (a parameter, an input) or a constant fill.")
+constant_value = _relation("constant-value", "``t`` is computed from leaves only.")
+
+
 def _operand(v: Value) -> str:
     return literal(v) if (isinstance(v, str) and v in DTYPES) or not isinstance(v, str) else v
 
