@@ -5,6 +5,7 @@ ops in ``eqsat.lowering.paddle``)."""
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ from eqsat.ir import Op, Program
 from eqsat.ops import OPS, Lowering
 from eqsat.types import FLOAT_DTYPES, OPAQUE
 
-from .registry import OPAQUE_LOWERINGS, register_opaque
+from .registry import OPAQUE_LOWERINGS, RESULT_TYPES, register_opaque
 
 __all__ = [
     "LOWERINGS",
@@ -50,7 +51,10 @@ def _meaning(op: Op) -> Lowering:
             f"opaque op {name!r} has no JAX implementation; register one with "
             f"eqsat.lowering.register_opaque({name!r}, fn)"
         )
-    return functools.partial(fn, **{k: v for k, v in op.attrs.items() if k != "op"})
+    attrs: dict[str, Any] = {k: v for k, v in op.attrs.items() if k != "op"}
+    if RESULT_TYPES in inspect.signature(fn).parameters:
+        attrs[RESULT_TYPES] = tuple(v.type for v in op.outputs)
+    return functools.partial(fn, **attrs)
 
 
 def _run_opaque(op: Op, args: list[Any]) -> tuple[Any, ...]:

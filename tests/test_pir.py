@@ -122,3 +122,25 @@ def test_unknown_op_loads_opaque_prints_optimizes_around_and_runs():
     (got,) = result.fn(x)
     np.testing.assert_allclose(got, np.log1p(np.exp(2 * x)) / 2, rtol=1e-5)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_registered_meaning_may_ask_for_the_result_types():
+    text = (
+        "{\n"
+        ' (%0) = "pd_op.data" () {name:x,dtype:float32} : () -> pd.tensor<2x3xf32>\n'
+        ' (%1) = "pd_op.my_tile" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<4x3xf32>\n'
+        ' () = "pd_op.fetch" (%1) {name:out} : (pd.tensor<4x3xf32>) -> pd.tensor<4x3xf32>\n'
+        "}"
+    )
+    seen = []
+
+    def tile(x, *, result_types):
+        seen.append(result_types)
+        (out,) = result_types
+        return jax.numpy.tile(x, (out.shape[0] // x.shape[0], 1))
+
+    register_opaque("pd_op.my_tile", tile)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (got,) = lower(eqsat.parse_pir(text))(x)
+    assert seen == [(eqsat.TensorType((4, 3), "float32"),)]
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate([x, x]))
