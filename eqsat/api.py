@@ -97,21 +97,27 @@ class OptimizeResult:
     def fn(self) -> Callable[..., Any]:
         """The optimized program, jitted. Called with inputs of other sizes of the original's dynamic
         dims, it optimizes the program specialized to them once per signature (as jax.jit traces once
-        per signature); an input of the wrong rank, dtype or fixed size is a ShapeError naming it."""
+        per signature); an input of the wrong rank, dtype or fixed size is a ShapeError naming it.
+        Each signature is checked once: later calls cost a dictionary lookup before jax's dispatch."""
         from eqsat.lowering import lower
 
         run = jax.jit(lower(self.program))
-        specialized: dict[tuple[tuple[int, ...], ...], Callable[..., Any]] = {}
+        by_signature: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
-        def fn(*args: Any) -> Any:
+        def specialized(args: Sequence[Any]) -> Callable[..., Any]:
             shapes = _input_shapes(self.original, args)
             if shapes == tuple(v.type.shape for v in self.original.inputs):
-                return run(*args)
-            if shapes not in specialized:
-                bound = {v.name: s for v, s in zip(self.original.inputs, shapes, strict=True) if v.name}
-                assert self.original.specialize is not None  # _input_shapes checked the sizes otherwise
-                specialized[shapes] = optimize(self.original.specialize(bound), **self.options).fn
-            return specialized[shapes](*args)
+                return run
+            bound = {v.name: s for v, s in zip(self.original.inputs, shapes, strict=True) if v.name}
+            assert self.original.specialize is not None  # _input_shapes checked the sizes otherwise
+            return jax.jit(lower(optimize(self.original.specialize(bound), **self.options).program))
+
+        def fn(*args: Any) -> Any:
+            key = tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in args)
+            runner = by_signature.get(key)
+            if runner is None:
+                runner = by_signature[key] = specialized(args)
+            return runner(*args)
 
         return fn
 
