@@ -43,4 +43,5 @@ bench: $(STAMP)
 	$(PY) -m bench.real_models
 	$(PY) -m bench.long_context
 	$(PY) -m bench.optimizer_scaling
+	$(PY) -m bench.paddle_inference
 	$(PY) -m bench.suite

@@ -1,8 +1,10 @@
 """eqsat against Paddle Inference on whole Paddle networks saved as users save them
 (bench/paddle_nets.py): each file loaded by eqsat with no help and optimized (its ``fn``, jitted), the
 same file unoptimized (``eqsat.lowering.lower`` under ``jax.jit``: the plain-JAX baseline), and Paddle
-Inference's CPU predictor with oneDNN off and on, on as many threads as XLA uses (every core); all four
-timed interleaved in one process (median).
+Inference's CPU predictor with oneDNN off and on, on as many threads as XLA uses (every core); eqsat
+and the baseline timed interleaved, then Paddle's two predictors interleaved, in one process (median).
+Each row also sums the optimized program's ops timed one by one (``Measured``), by kind, and what its
+NCHW convolutions would take as NHWC.
 
     python -m bench.paddle_inference              # batch 8 -> bench/paddle_inference.json
     python -m bench.paddle_inference --quick      # three networks, fewer repeats
@@ -23,19 +25,47 @@ import numpy as np
 import eqsat
 from bench.common import interleaved, write
 from bench.paddle_nets import NETWORKS, inputs, predictor, save
+from eqsat.cost import Measured
+from eqsat.ir import OPAQUE, Program, TensorType
 from eqsat.lowering import lower
 
 BATCH = 8
 QUICK = ("resnet18", "transformer_encoder", "lstm")
+NCHW_TO_NHWC, OIHW_TO_HWIO = (0, 2, 3, 1), (2, 3, 1, 0)
+
+
+def kernels(program: Program, cache: Path) -> dict[str, float]:
+    """Seconds of the program's ops, each run alone (``Measured``), summed by op kind; and, as
+    ``conv2d as NHWC``, what its NCHW convolutions take in the NHWC layout (would a layout rewrite
+    help?). Opaque ops are not timed."""
+    model = Measured(cache, budget=100_000, max_estimate_s=60.0)
+    out: dict[str, float] = {}
+    for op in program.live_ops():
+        if op.name == OPAQUE:
+            continue
+        ins, result = [v.type for v in op.inputs], op.outputs[0].type
+        out[op.name] = out.get(op.name, 0.0) + model.op_cost(op.name, op.attrs, ins, result)
+        if op.name.startswith("conv2d") and op.attrs["layout"] == "NCHW":
+            nhwc = [_permuted(ins[0], NCHW_TO_NHWC), _permuted(ins[1], OIHW_TO_HWIO), *ins[2:]]
+            seconds = model.op_cost(
+                op.name, {**op.attrs, "layout": "NHWC"}, nhwc, _permuted(result, NCHW_TO_NHWC)
+            )
+            out["conv2d as NHWC"] = out.get("conv2d as NHWC", 0.0) + seconds
+    return out
+
+
+def _permuted(t: TensorType, perm: tuple[int, ...]) -> TensorType:
+    return TensorType(tuple(t.shape[p] for p in perm), t.dtype)
 
 
 def measure(name: str, root: Path, repeats: int) -> dict[str, Any]:
     path = save(name, root)
-    program = eqsat.load(path)
+    loaded = eqsat.load(path)
     xs = inputs(name, BATCH)
-    result = eqsat.optimize(program)
-    optimized = result.fn
-    plain = jax.jit(lower(program.specialize({n: x.shape for n, x in zip(program.dynamic, xs, strict=True)})))
+    assert loaded.specialize is not None  # saved with a batch of None
+    program = loaded.specialize({n: x.shape for n, x in zip(loaded.dynamic, xs, strict=True)})
+    result = eqsat.optimize(program)  # what optimize(loaded).fn runs at this batch
+    optimized, plain = result.fn, jax.jit(lower(program))
     threads = os.cpu_count() or 1
     paddle_cpu, paddle_onednn = (predictor(path, onednn, threads) for onednn in (False, True))
     want = paddle_cpu(xs)
@@ -43,14 +73,11 @@ def measure(name: str, root: Path, repeats: int) -> dict[str, Any]:
         float(np.max(np.abs(np.asarray(g) - w)) / (np.max(np.abs(w)) or 1.0))
         for g, w in zip(optimized(*xs), want, strict=True)
     )
-    times = interleaved(
-        {
-            "eqsat": lambda: optimized(*xs),
-            "jax": lambda: plain(*xs),
-            "paddle": lambda: paddle_cpu(xs),
-            "paddle_onednn": lambda: paddle_onednn(xs),
-        },
-        repeats,
+    # eqsat and jax interleaved; Paddle's two predictors interleaved after them (Paddle's OpenMP threads
+    # keep spinning after a run and slowed the XLA call that followed them by up to 2x)
+    times = interleaved({"eqsat": lambda: optimized(*xs), "jax": lambda: plain(*xs)}, repeats)
+    times |= interleaved(
+        {"paddle": lambda: paddle_cpu(xs), "paddle_onednn": lambda: paddle_onednn(xs)}, repeats
     )
     ops = result.program.op_counts()
     return {
@@ -64,6 +91,7 @@ def measure(name: str, root: Path, repeats: int) -> dict[str, Any]:
         "ops_before": len(program.live_ops()),
         "ops_after": len(result.program.live_ops()),
         "opaque_after": sum(n for op, n in ops.items() if op not in eqsat.ops.OPS),
+        "kernel_seconds": kernels(result.program, root / "measured.json"),
     }
 
 
