@@ -18,6 +18,7 @@ from eqsat.errors import ShapeError
 from eqsat.extract import TIE_BREAK, greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
+from eqsat.lowering.control_flow import Cond
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import Iteration, Limits, SaturationReport, fresh_egraph, saturate
@@ -166,11 +167,16 @@ def optimize(
     model = get_cost_model(cost)
     chosen = resolve(rules)
     limits = limits or Limits()
+    source = program
+    program = _with_bodies_optimized(
+        program, lambda body: optimize(body, chosen, model, limits, extractor=extractor).program
+    )
     repeats = find_repeats(program)
     if repeats is not None:
         result = _optimize_repeats(repeats, chosen, model, limits, progress, extractor)
     else:
         result = _optimize_whole(program, chosen, model, limits, progress, extractor)
+    result.original = source
     result.options = {
         "rules": chosen,
         "cost": model,
@@ -185,6 +191,18 @@ def optimize(
         validate(result.original, result.program, rules_fired=sorted(result.report.rules_fired))
         result.report.timings["verify"] = time.perf_counter() - t
     return result
+
+
+def _with_bodies_optimized(program: Program, rewrite: Callable[[Program], Program]) -> Program:
+    """``program`` with the bodies of its control-flow ops (the branches of an ``if``) each optimized on
+    its own; the program itself if it has none (never changed in place: it stays the original)."""
+    ops = [
+        replace(op, payload=op.payload.map(rewrite)) if isinstance(op.payload, Cond) else op
+        for op in program.ops
+    ]
+    if all(new is old for new, old in zip(ops, program.ops, strict=True)):
+        return program
+    return replace(program, ops=ops)
 
 
 def _optimize_repeats(

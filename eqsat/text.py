@@ -8,6 +8,7 @@ parts mean is up to the reader (``ir.parse_program`` or ``frontend.pir``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eqsat.errors import ParseError
@@ -23,6 +24,11 @@ _LINE = re.compile(
     r"\((?P<operands>[^)]*)\)\s*(?P<attrs>\{.*\})?\s*:\s*(?P<sig>.*)$"
 )
 _REGION_OP = re.compile(r"^\s*\([^)]*\)\s*=\s*\"(?P<name>[^\"]+)\".*\{\s*$")
+# ``(%5) = "pd_op.if" (%4) {attrs} -> tensor<...>, ... {``: an op whose regions follow
+_REGION_HEAD = re.compile(
+    r"^\s*\((?P<results>[^)]*)\)\s*=\s*\"(?P<name>[^\"]+)\"\s*"
+    r"\((?P<operands>[^)]*)\)\s*(?P<attrs>\{.*\})?\s*->\s*(?P<outs>.*?)\s*\{\s*$"
+)
 _IDENT = re.compile(r"^[A-Za-z_][\w.]*$")
 _VALUE = re.compile(r"^%[\w.]+$")
 _TENSOR = re.compile(r"^(?:\w+\.)?tensor<(?P<body>[^>]*)>$")
@@ -56,6 +62,7 @@ class Line:
     attrs: dict[str, AttrValue]
     in_types: tuple[str, ...]
     out_types: tuple[str, ...]
+    regions: tuple[tuple[Line, ...], ...] = ()  # a control-flow op's regions (``if``: then, else)
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:
@@ -181,8 +188,8 @@ def parse_line(text: str, number: int) -> Line:
         if _REGION_OP.match(text):
             name = _REGION_OP.match(text).group("name")  # type: ignore[union-attr]
             raise ParseError(
-                "an op with regions (control flow) is not supported: rewrite the condition as "
-                "arithmetic or split the program around it",
+                "this control-flow op is not supported (pd_op.if is): rewrite the loop or split the "
+                "program around it",
                 line=number,
                 op=name,
             )
@@ -196,6 +203,18 @@ def parse_line(text: str, number: int) -> Line:
     out_text = outs.strip()
     if out_text.startswith("(") and out_text.endswith(")"):
         out_text = out_text[1:-1]
+    return _op_line(m, number, tuple(split_top(ins[1:-1])), tuple(split_top(out_text)))
+
+
+def _op_line(
+    m: re.Match[str],
+    number: int,
+    in_types: tuple[str, ...],
+    out_types: tuple[str, ...],
+    regions: tuple[tuple[Line, ...], ...] = (),
+) -> Line:
+    """The line ``m`` matched: its results, name, operands and attributes, with these types."""
+    name = m.group("name")
     try:
         attrs = parse_attrs(m.group("attrs"), number)
     except ParseError as e:
@@ -206,9 +225,43 @@ def parse_line(text: str, number: int) -> Line:
         name=name,
         operands=_names(m.group("operands"), number, "operand"),
         attrs=attrs,
-        in_types=tuple(split_top(ins[1:-1])),
-        out_types=tuple(split_top(out_text)),
+        in_types=in_types,
+        out_types=out_types,
+        regions=regions,
     )
+
+
+def parse_lines(numbered: Sequence[tuple[int, str]]) -> list[Line]:
+    """Parse numbered op lines (``program_lines``), an op's regions included: the lines after a line
+    ending in ``{`` up to its ``} else {`` and ``}`` become that op's ``regions``."""
+    lines, _ = _parse_block(list(numbered), 0)
+    return lines
+
+
+def _parse_block(numbered: list[tuple[int, str]], start: int) -> tuple[list[Line], int]:
+    """The lines from ``start`` up to a closing ``}`` (or the end); the index of that closing line."""
+    out: list[Line] = []
+    i = start
+    while i < len(numbered):
+        number, text = numbered[i]
+        if text.startswith("}"):
+            return out, i
+        head = _REGION_HEAD.match(text)
+        if head is None:
+            out.append(parse_line(text, number))
+            i += 1
+            continue
+        regions = []
+        while True:
+            body, i = _parse_block(numbered, i + 1)
+            regions.append(tuple(body))
+            if i >= len(numbered):
+                raise ParseError("a region is not closed", line=number, op=head.group("name"))
+            if not numbered[i][1].endswith("{"):  # "}" ends the op; "} else {" opens its next region
+                break
+        out.append(_op_line(head, number, (), tuple(split_top(head.group("outs"))), tuple(regions)))
+        i += 1
+    return out, i
 
 
 def program_lines(text: str) -> list[tuple[int, str]]:

@@ -8,6 +8,7 @@ Inference's predictor runs the same file."""
 from __future__ import annotations
 
 import numpy as np
+import paddle
 import pytest
 
 import eqsat
@@ -31,3 +32,38 @@ def test_a_network_saved_with_a_dynamic_batch_matches_paddle_inference(name, tmp
         assert len(outputs) == len(wanted)
         for got, want in zip(outputs, wanted, strict=True):
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+class _Branching(paddle.nn.Layer):
+    """``to_static`` code with an ``if`` on a tensor: a ``pd_op.if`` whose branches read a weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = paddle.nn.Linear(8, 8)
+
+    def forward(self, x):
+        if paddle.mean(x) > 0:  # noqa: SIM108  (an if statement: to_static makes it a pd_op.if)
+            y = paddle.nn.functional.relu(self.fc(x)) * 2
+        else:
+            y = paddle.tanh(x)
+        return y + 1
+
+
+def test_an_if_on_a_tensor_saved_by_to_static_matches_paddle_inference(tmp_path):
+    paddle.seed(0)
+    layer = _Branching()
+    layer.eval()
+    spec = [paddle.static.InputSpec([None, 8], "float32", "x")]
+    paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(tmp_path / "if"))
+    path = tmp_path / "if.json"
+    at_two = eqsat.optimize(eqsat.load(path, shapes={"x": (2, 8)}))
+    (cond,) = [op for op in at_two.program.ops if op.name == "opaque"]
+    then, _ = cond.payload.branches  # each branch optimized on its own: the fc and relu are one linear
+    assert then.op_counts() == {"linear": 1, "scale": 1}
+    result = eqsat.optimize(eqsat.load(path))
+    paddle_inference = predictor(path)
+    rng = np.random.default_rng(0)
+    for batch, shift in ((2, 1.0), (3, 1.0), (2, -1.0), (3, -1.0)):  # both branches, two batch sizes
+        x = (np.abs(rng.normal(size=(batch, 8))) * shift).astype(np.float32)
+        (got,), (want,) = result.fn(x), paddle_inference([x])
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)

@@ -73,8 +73,7 @@ def _name(op: dict[str, Any]) -> str:
 
 def _line(number: int, op: dict[str, Any]) -> Line:
     name = _name(op)
-    if op.get("regions"):
-        raise ParseError("an op with regions (control flow) is not supported", line=number, op=name)
+    regions = tuple(_region(number, region) for region in op.get("regions", []))
     outs = op.get("O", [])
     outs = outs if isinstance(outs, list) else [outs]
     if name == "builtin.parameter":  # A: (..., name); OA: (persistable, ...)
@@ -92,7 +91,17 @@ def _line(number: int, op: dict[str, Any]) -> Line:
         attrs=attrs,
         in_types=(),
         out_types=tuple(_type(o["TT"]) for o in outs),
+        regions=regions,
     )
+
+
+def _region(number: int, region: dict[str, Any]) -> tuple[Line, ...]:
+    """A region's lines (its one block; block arguments, as ``pd_op.while`` has, are not supported),
+    numbered as the op that holds it."""
+    (block,) = region["blocks"]
+    if block.get("args"):
+        raise ParseError("a region with block arguments (a loop) is not supported", line=number)
+    return tuple(_line(number, op) for op in block["ops"])
 
 
 def json_lines(text: str) -> Iterator[Line]:

@@ -22,6 +22,7 @@ from dataclasses import replace
 from itertools import combinations
 from math import prod
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from eqsat.errors import ParseError, ShapeError
 from eqsat.frontend.paddle_json import json_lines
 from eqsat.frontend.paddle_params import Params, bind_params
 from eqsat.ir import Op, Program, TensorType, Value
+from eqsat.lowering.control_flow import Cond
 from eqsat.ops import OPAQUE, OPS
 from eqsat.ops.conv import CONV_AXES
 from eqsat.text import (
@@ -37,7 +39,7 @@ from eqsat.text import (
     NULL_TYPE,
     NULL_VALUE,
     Line,
-    parse_line,
+    parse_lines,
     parse_tensor_type,
     program_lines,
     split_top,
@@ -51,6 +53,31 @@ _IGNORED_ATTRS = {"place", "stop_gradient", "persistable"}
 _MAX_KEPT_CONSTANT = 4096  # elements of a constant whose contents the reader keeps
 
 
+class _Scope(dict[str, "Value | list[Value]"]):
+    """The values of a region (a branch of ``pd_op.if``): its own, and those of the enclosing
+    program it reads, each of which becomes an input of the region's program the first time it is
+    read (``captured``: the enclosing values, in that order)."""
+
+    def __init__(self, program: Program, outer: dict[str, Value | list[Value]]) -> None:
+        super().__init__()
+        self.program, self.outer = program, outer
+        self.captured: list[Value] = []
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name in self.keys():
+            return self[name]
+        value = self.outer.get(name)
+        if not isinstance(value, Value):
+            return default if value is None else value
+        inner = self.program.add_input(name, value.type)
+        self.captured.append(value)
+        self[name] = inner
+        return inner
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.keys() or name in self.outer
+
+
 class _Reader:
     def __init__(self, shapes: Mapping[str, Sequence[int]] | None = None) -> None:
         self.program = Program()
@@ -60,6 +87,13 @@ class _Reader:
         self.int_arrays: dict[str, tuple[int, ...]] = {}  # %name -> contents of pd.full_int_array
         self.dynamic: set[int] = set()  # ids of opaque results whose declared shape has -1 dims
         self.read: set[int] = set()  # ids of values some op reads
+
+    def region(self) -> _Reader:
+        """A reader for one region of an op of this program: it sees this program's values."""
+        inner = _Reader(self.shapes)
+        inner.env = _Scope(inner.program, self.env)
+        inner.consts, inner.int_arrays, inner.dynamic = self.consts, self.int_arrays, self.dynamic
+        return inner
 
     def tensor(self, line: Line, name: str) -> Value:
         v = self.env.get(name)
@@ -359,6 +393,42 @@ def _split_list(r: _Reader, line: Line) -> list[Value]:
             f"{line.operands[0]} must be a list of {len(line.results)} values", line=line.number, op=line.name
         )
     return values
+
+
+def _if(r: _Reader, line: Line) -> Results:
+    """``pd_op.if (cond) -> types {then} else {other}``: an op that runs ``lax.cond`` over its two
+    branches, each read as a Program of the values it reads from the program around it (its operands
+    after the condition, the first branch's then the second's). Rules do not cross it; each branch is
+    optimized on its own."""
+    _arity(line, 1)
+    if len(line.regions) != 2:
+        raise ParseError(
+            f"expected two regions (then, else), got {len(line.regions)}", line=line.number, op=line.name
+        )
+    cond = r.tensor(line, line.operands[0])
+    if cond.type.size != 1 or cond.type.dtype != "bool":
+        raise ParseError(f"the condition must be one bool, got {cond.type}", line=line.number, op=line.name)
+    branches, captured = [], []
+    for region in line.regions:
+        inner = r.region()
+        _read(inner, region)
+        branches.append(inner.program)
+        assert isinstance(inner.env, _Scope)
+        captured += inner.env.captured
+    types = [[v.type for v in b.outputs] for b in branches]
+    if types[0] != types[1] or len(types[0]) != len(line.results):
+        raise ParseError(f"the branches yield {types[0]} and {types[1]}", line=line.number, op=line.name)
+    outs = tuple(Value(t) for t in types[0])
+    attrs = {"op": line.name, **{k: v for k, v in line.attrs.items() if k not in _IGNORED_ATTRS}}
+    r.program.ops.append(Op(OPAQUE, (cond, *captured), attrs, outs, payload=Cond((branches[0], branches[1]))))
+    return list(outs)
+
+
+def _yield(r: _Reader, line: Line) -> list[Value]:
+    """``cf.yield``: a region's results."""
+    for name in line.operands:
+        r.program.add_output(r.tensor(line, name))
+    return []
 
 
 def _fetch(r: _Reader, line: Line) -> list[Value]:
@@ -874,6 +944,8 @@ HANDLERS: dict[str, Handler] = {
     "pd.data": _data,
     "pd.parameter": _parameter,
     "pd.fetch": _fetch,
+    "pd.if": _if,
+    "cf.yield": _yield,
     "pd.gelu": _gelu,
     "pd.dropout": _dropout,
     "pd.conv2d": _conv2d,
@@ -951,8 +1023,7 @@ def parse_pir(
     outputs the values ``outputs`` names (``["%15"]``), or else every value no op reads. ``shapes`` binds
     the dynamic (-1) dims of inputs by name: eqsat optimizes for static shapes.
     """
-    lines = (parse_line(raw, number) for number, raw in program_lines(text))
-    return read_lines(lines, outputs, shapes)
+    return read_lines(parse_lines(program_lines(text)), outputs, shapes)
 
 
 def read_lines(
@@ -965,6 +1036,16 @@ def read_lines(
     other sizes (``Program.specialize``)."""
     lines = list(lines)
     r = _Reader(shapes)
+    produced = _read(r, lines)
+    if not r.program.outputs:
+        _outputs_without_fetch(r, produced, outputs)
+    if r.program.dynamic:
+        r.program.specialize = lambda bound: read_lines(lines, outputs, {**(shapes or {}), **bound})
+    return r.program
+
+
+def _read(r: _Reader, lines: Iterable[Line]) -> list[tuple[str, Value]]:
+    """Read ``lines`` into ``r``; the values they compute (not inputs or weights), by name."""
     produced: list[tuple[str, Value]] = []
     for line in lines:
         number = line.number
@@ -985,11 +1066,7 @@ def read_lines(
             r.env[res] = value
             if isinstance(value, Value) and handler not in (_data, _parameter, _constant):
                 produced.append((res, value))
-    if not r.program.outputs:
-        _outputs_without_fetch(r, produced, outputs)
-    if r.program.dynamic:
-        r.program.specialize = lambda bound: read_lines(lines, outputs, {**(shapes or {}), **bound})
-    return r.program
+    return produced
 
 
 def _outputs_without_fetch(
