@@ -18,7 +18,7 @@ from eqsat.errors import ShapeError
 from eqsat.extract import TIE_BREAK, greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
-from eqsat.lowering.control_flow import Cond
+from eqsat.lowering.control_flow import Cond, Loop
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import Iteration, Limits, SaturationReport, fresh_egraph, saturate
@@ -197,7 +197,7 @@ def _with_bodies_optimized(program: Program, rewrite: Callable[[Program], Progra
     """``program`` with the bodies of its control-flow ops (the branches of an ``if``) each optimized on
     its own; the program itself if it has none (never changed in place: it stays the original)."""
     ops = [
-        replace(op, payload=op.payload.map(rewrite)) if isinstance(op.payload, Cond) else op
+        replace(op, payload=op.payload.map(rewrite)) if isinstance(op.payload, Cond | Loop) else op
         for op in program.ops
     ]
     if all(new is old for new, old in zip(ops, program.ops, strict=True)):

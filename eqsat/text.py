@@ -24,11 +24,15 @@ _LINE = re.compile(
     r"\((?P<operands>[^)]*)\)\s*(?P<attrs>\{.*\})?\s*:\s*(?P<sig>.*)$"
 )
 _REGION_OP = re.compile(r"^\s*\([^)]*\)\s*=\s*\"(?P<name>[^\"]+)\".*\{\s*$")
-# ``(%5) = "pd_op.if" (%4) {attrs} -> tensor<...>, ... {``: an op whose regions follow
+# ``(%5) = "pd_op.if" (%4) {attrs} -> tensor<...>, ... {`` or ``(%7, %8) = "pd_op.while" (cond=%6,
+# inputs=%5, %3) {``: an op whose regions follow (a while's first line names its block arguments:
+# ``^%arg_0 {...}, %arg_1 {...}``)
 _REGION_HEAD = re.compile(
     r"^\s*\((?P<results>[^)]*)\)\s*=\s*\"(?P<name>[^\"]+)\"\s*"
-    r"\((?P<operands>[^)]*)\)\s*(?P<attrs>\{.*\})?\s*->\s*(?P<outs>.*?)\s*\{\s*$"
+    r"\((?P<operands>[^)]*)\)\s*(?P<attrs>\{.*\})?\s*(?:->\s*(?P<outs>.*?))?\s*\{\s*$"
 )
+_KEYWORD = re.compile(r"\b\w+=")  # ``cond=`` and ``inputs=`` before a while's operands
+_BLOCK_ARG = re.compile(r"(%[\w.]+)\s*\{[^}]*\}")
 _IDENT = re.compile(r"^[A-Za-z_][\w.]*$")
 _VALUE = re.compile(r"^%[\w.]+$")
 _TENSOR = re.compile(r"^(?:\w+\.)?tensor<(?P<body>[^>]*)>$")
@@ -63,6 +67,7 @@ class Line:
     in_types: tuple[str, ...]
     out_types: tuple[str, ...]
     regions: tuple[tuple[Line, ...], ...] = ()  # a control-flow op's regions (``if``: then, else)
+    region_args: tuple[tuple[str, ...], ...] = ()  # each region's block arguments (``while``: loop values)
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:
@@ -212,6 +217,7 @@ def _op_line(
     in_types: tuple[str, ...],
     out_types: tuple[str, ...],
     regions: tuple[tuple[Line, ...], ...] = (),
+    region_args: tuple[tuple[str, ...], ...] = (),
 ) -> Line:
     """The line ``m`` matched: its results, name, operands and attributes, with these types."""
     name = m.group("name")
@@ -223,11 +229,12 @@ def _op_line(
         number=number,
         results=_names(m.group("results"), number, "result"),
         name=name,
-        operands=_names(m.group("operands"), number, "operand"),
+        operands=_names(_KEYWORD.sub("", m.group("operands")), number, "operand"),
         attrs=attrs,
         in_types=in_types,
         out_types=out_types,
         regions=regions,
+        region_args=region_args,
     )
 
 
@@ -251,15 +258,22 @@ def _parse_block(numbered: list[tuple[int, str]], start: int) -> tuple[list[Line
             out.append(parse_line(text, number))
             i += 1
             continue
-        regions = []
+        regions, args = [], []
         while True:
-            body, i = _parse_block(numbered, i + 1)
+            first = i + 1
+            names: tuple[str, ...] = ()
+            if first < len(numbered) and numbered[first][1].startswith("^"):
+                names = tuple(_BLOCK_ARG.findall(numbered[first][1]))
+                first += 1
+            body, i = _parse_block(numbered, first)
             regions.append(tuple(body))
+            args.append(names)
             if i >= len(numbered):
                 raise ParseError("a region is not closed", line=number, op=head.group("name"))
             if not numbered[i][1].endswith("{"):  # "}" ends the op; "} else {" opens its next region
                 break
-        out.append(_op_line(head, number, (), tuple(split_top(head.group("outs"))), tuple(regions)))
+        outs = tuple(split_top(head.group("outs") or ""))
+        out.append(_op_line(head, number, (), outs, tuple(regions), tuple(args)))
         i += 1
     return out, i
 

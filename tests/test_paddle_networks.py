@@ -67,3 +67,71 @@ def test_an_if_on_a_tensor_saved_by_to_static_matches_paddle_inference(tmp_path)
         x = (np.abs(rng.normal(size=(batch, 8))) * shift).astype(np.float32)
         (got,), (want,) = result.fn(x), paddle_inference([x])
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+class _Looping(paddle.nn.Layer):
+    """``to_static`` code with a ``while`` over a tensor bound: a ``pd_op.while`` whose body reads a
+    weight and the bound, and counts with an integer ``scale``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = paddle.nn.Linear(8, 8)
+
+    def forward(self, x, n):
+        i = paddle.zeros([1], "int64")
+        while i < n:
+            x = paddle.tanh(self.fc(x)) + x * 0.5
+            i = i + 1
+        return x
+
+
+def test_a_while_over_a_tensor_bound_matches_paddle_inference(tmp_path):
+    paddle.seed(0)
+    layer = _Looping()
+    layer.eval()
+    spec = [paddle.static.InputSpec([None, 8], "float32", "x"), paddle.static.InputSpec([1], "int64", "n")]
+    paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(tmp_path / "loop"))
+    path = tmp_path / "loop.json"
+    result = eqsat.optimize(eqsat.load(path))
+    paddle_inference = predictor(path)
+    rng = np.random.default_rng(0)
+    for batch, steps in ((2, 0), (2, 3), (4, 1)):
+        x, n = rng.normal(size=(batch, 8)).astype(np.float32), np.array([steps], np.int64)
+        (got,), (want,) = result.fn(x, n), paddle_inference([x, n])
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+def test_control_flow_as_paddle_prints_it_runs_as_paddle_runs_it():
+    """``print(program)`` of ``static.nn.cond`` and ``static.nn.while_loop``: the text form of both
+    ops (a while's ``cond=``/``inputs=`` operands and ``^`` block arguments), against Paddle's executor."""
+    paddle.enable_static()
+    try:
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            x = paddle.static.data("x", [3, 8], "float32")
+            y = paddle.static.nn.cond(
+                paddle.mean(x) > 0, lambda: paddle.nn.functional.relu(x) * 2, lambda: -x
+            )
+            n = paddle.full([1], 3, "int64")
+            _, out = paddle.static.nn.while_loop(
+                lambda i, acc: i < n, lambda i, acc: [i + 1, acc * 0.5 + 1.0], [paddle.zeros([1], "int64"), y]
+            )
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        text = str(main)
+        rng = np.random.default_rng(0)
+        feeds = [rng.normal(size=(3, 8)).astype(np.float32) + s for s in (1.0, -1.0)]
+        wants = [exe.run(main, feed={"x": f}, fetch_list=[out])[0] for f in feeds]
+    finally:
+        paddle.disable_static()
+    assert '"pd_op.while"' in text and '"pd_op.if"' in text
+    program = eqsat.parse_pir(text, outputs=[_result_of_last_op(text)])
+    for feed, want in zip(feeds, wants, strict=True):
+        (got,) = eqsat.optimize(program).fn(feed)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+def _result_of_last_op(text: str) -> str:
+    """The value the last op at the program's top level defines (the output of a printed program)."""
+    top = [line.strip() for line in text.splitlines() if line.startswith("    (%")]
+    return top[-1].split(")", 1)[0].strip("(").split(",")[-1].strip()

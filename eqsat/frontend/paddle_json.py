@@ -74,6 +74,7 @@ def _name(op: dict[str, Any]) -> str:
 def _line(number: int, op: dict[str, Any]) -> Line:
     name = _name(op)
     regions = tuple(_region(number, region) for region in op.get("regions", []))
+    region_args = tuple(_region_args(region) for region in op.get("regions", []))
     outs = op.get("O", [])
     outs = outs if isinstance(outs, list) else [outs]
     if name == "builtin.parameter":  # A: (..., name); OA: (persistable, ...)
@@ -92,16 +93,20 @@ def _line(number: int, op: dict[str, Any]) -> Line:
         in_types=(),
         out_types=tuple(_type(o["TT"]) for o in outs),
         regions=regions,
+        region_args=region_args,
     )
 
 
 def _region(number: int, region: dict[str, Any]) -> tuple[Line, ...]:
-    """A region's lines (its one block; block arguments, as ``pd_op.while`` has, are not supported),
-    numbered as the op that holds it."""
+    """A region's lines (its one block), numbered as the op that holds it."""
     (block,) = region["blocks"]
-    if block.get("args"):
-        raise ParseError("a region with block arguments (a loop) is not supported", line=number)
     return tuple(_line(number, op) for op in block["ops"])
+
+
+def _region_args(region: dict[str, Any]) -> tuple[str, ...]:
+    """The names of a region's block arguments (a loop's values: ``%-1``, ``%-2``...)."""
+    (block,) = region["blocks"]
+    return tuple(f"%{a['#']}" for a in block.get("args", []))
 
 
 def json_lines(text: str) -> Iterator[Line]:

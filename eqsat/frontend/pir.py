@@ -30,8 +30,8 @@ from eqsat.errors import ParseError, ShapeError
 from eqsat.frontend.paddle_json import json_lines
 from eqsat.frontend.paddle_params import Params, bind_params
 from eqsat.ir import Op, Program, TensorType, Value
-from eqsat.lowering.control_flow import Cond
-from eqsat.ops import OPAQUE, OPS
+from eqsat.lowering.control_flow import Cond, Loop
+from eqsat.ops import FLOAT_DTYPES, OPAQUE, OPS
 from eqsat.ops.conv import CONV_AXES
 from eqsat.text import (
     DYNAMIC,
@@ -277,6 +277,24 @@ def _cast(r: _Reader, line: Line) -> list[Value]:
     return [r.add(line, "cast", [r.tensor(line, line.operands[0])], dtype=_attr(line, "dtype"))]
 
 
+def _integer_scale(r: _Reader, line: Line, x: Value, scale: float, bias: float, after: bool) -> Results:
+    """``scale`` of an integer tensor by integral constants (a loop counter's ``i + 1``): a product and a
+    sum in its dtype; other constants stay opaque."""
+    if scale != int(scale) or bias != int(bias):
+        return _opaque(r, line)
+
+    def constant(value: float) -> Value:
+        return r.add(line, "full", [], shape=(), value=value, dtype=x.type.dtype)
+
+    def times(v: Value) -> Value:
+        return v if scale == 1 else r.add(line, "mul", [v, constant(scale)])
+
+    def plus(v: Value) -> Value:
+        return v if bias == 0 else r.add(line, "add", [v, constant(bias)])
+
+    return [plus(times(x)) if after else times(plus(x))]
+
+
 def _softmax(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 1)
     return [r.add(line, "softmax", [r.tensor(line, line.operands[0])], axis=line.attrs.get("axis", -1))]
@@ -289,7 +307,7 @@ def _matmul(r: _Reader, line: Line) -> list[Value]:
     return [r.add(line, "matmul", [x, y], **flags)]
 
 
-def _scale(r: _Reader, line: Line) -> list[Value]:
+def _scale(r: _Reader, line: Line) -> Results:
     _arity(line, 2)
     x, s = (r.tensor(line, o) for o in line.operands)
     bias = line.attrs.get("bias", 0.0)
@@ -298,6 +316,8 @@ def _scale(r: _Reader, line: Line) -> list[Value]:
     bias = float(bias)
     after = _flag(line, "bias_after_scale", True)
     const = r.consts.get(id(s))
+    if const is not None and const.size == 1 and x.type.dtype not in FLOAT_DTYPES:
+        return _integer_scale(r, line, x, float(const.ravel()[0]), bias, after)
     if const is not None and const.size == 1:
         value = float(const.ravel()[0])
         return [r.add(line, "scale", [x], scale=value, bias=bias if after else bias * value)]
@@ -421,6 +441,37 @@ def _if(r: _Reader, line: Line) -> Results:
     outs = tuple(Value(t) for t in types[0])
     attrs = {"op": line.name, **{k: v for k, v in line.attrs.items() if k not in _IGNORED_ATTRS}}
     r.program.ops.append(Op(OPAQUE, (cond, *captured), attrs, outs, payload=Cond((branches[0], branches[1]))))
+    return list(outs)
+
+
+def _while(r: _Reader, line: Line) -> Results:
+    """``pd_op.while (cond, values...) { ^args ... yield (next cond, next values) }``: an op that runs
+    ``lax.while_loop``; its body is read as a Program of the loop values (its block arguments) and of
+    the values it reads from around it (the op's operands after the loop values)."""
+    cond, *values = (r.tensor(line, o) for o in line.operands)
+    (region,), (args,) = line.regions, line.region_args
+    if len(args) != len(values) or len(line.results) != len(values):
+        raise ParseError(
+            f"{len(values)} loop values, {len(args)} block arguments, {len(line.results)} results",
+            line=line.number,
+            op=line.name,
+        )
+    inner = r.region()
+    for name, value in zip(args, values, strict=True):
+        inner.env[name] = inner.program.add_input(name, value.type)
+    _read(inner, region)
+    assert isinstance(inner.env, _Scope)
+    yielded = [v.type for v in inner.program.outputs]
+    if yielded != [cond.type, *(v.type for v in values)]:
+        raise ParseError(
+            f"the body yields {yielded}, not the condition and the loop values",
+            line=line.number,
+            op=line.name,
+        )
+    outs = tuple(Value(v.type) for v in values)
+    attrs = {"op": line.name, **{k: v for k, v in line.attrs.items() if k not in _IGNORED_ATTRS}}
+    payload = Loop(inner.program, len(values))
+    r.program.ops.append(Op(OPAQUE, (cond, *values, *inner.env.captured), attrs, outs, payload=payload))
     return list(outs)
 
 
@@ -945,6 +996,7 @@ HANDLERS: dict[str, Handler] = {
     "pd.parameter": _parameter,
     "pd.fetch": _fetch,
     "pd.if": _if,
+    "pd.while": _while,
     "cf.yield": _yield,
     "pd.gelu": _gelu,
     "pd.dropout": _dropout,
