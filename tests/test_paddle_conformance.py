@@ -95,6 +95,10 @@ CASES = [
             "pow-scalar": lambda x: paddle.pow(x, 3.0),
             "scale-after": lambda x: paddle.scale(x, 2.0, 1.0),
             "scale-before": lambda x: paddle.scale(x, 2.0, 1.0, bias_after_scale=False),
+            "scale-int": lambda x: paddle.scale((x * 4).astype("int64"), 3.0, -2.0),
+            "scale-int-before": lambda x: paddle.scale(
+                (x * 4).astype("int32"), 2.0, 5.0, bias_after_scale=False
+            ),
             "cast-int": lambda x: (x * 4).astype("int32"),
             "full_like": lambda x: paddle.full_like(x, 2.5),
             "cumsum": lambda x: paddle.cumsum(x, axis=1),
