@@ -165,6 +165,24 @@ CASES = [
     Case("split_with_num", lambda x: paddle.split(x, 2, axis=1), (X,)),
     Case("split", lambda x: paddle.split(x, [1, 3], axis=1), (X,)),
     Case("slice", lambda x: x[:, 1:3], (X,)),
+    # control flow: an if on a tensor, and one whose condition no input meets (its else branch); a while
+    Case(
+        "if",
+        lambda x: paddle.static.nn.cond(paddle.mean(x) > 0, lambda: x * 2.0, lambda: paddle.tanh(x)),
+        (X,),
+    ),
+    Case(
+        "if-else",
+        lambda x: paddle.static.nn.cond(paddle.mean(x) > 9, lambda: x * 2.0, lambda: paddle.tanh(x)),
+        (X,),
+    ),
+    Case(
+        "while",
+        lambda x: paddle.static.nn.while_loop(
+            lambda i, y: i < 3, lambda i, y: [i + 1, y * 0.5 + 1.0], [paddle.zeros([1], "int64"), x]
+        )[1],
+        (X,),
+    ),
     Case("stack", lambda x, y: paddle.stack([x, y], axis=1), (X, Y)),
     Case("arange", lambda x: x + paddle.arange(0, 8, 2).astype("float32"), (X,)),
     Case(

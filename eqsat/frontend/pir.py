@@ -596,6 +596,28 @@ def _clip(r: _Reader, line: Line, x: Value, low: float, high: float) -> Value:
     return r.add(line, "minimum", [r.add(line, "maximum", [x, bound[0]]), bound[1]])
 
 
+def _leaky_relu(r: _Reader, line: Line) -> Results:
+    """``where(x >= 0, x, negative_slope * x)`` in canonical ops (rules see through it); integers stay
+    opaque."""
+    _arity(line, 1)
+    x = r.tensor(line, line.operands[0])
+    if x.type.dtype not in FLOAT_DTYPES:
+        return _opaque(r, line)
+    zero = r.add(line, "full", [], shape=(), value=0.0, dtype=x.type.dtype)
+    scaled = r.add(line, "scale", [x], scale=_number(line, "negative_slope", 0.01))
+    return [r.add(line, "select", [r.add(line, "ge", [x, zero]), x, scaled])]
+
+
+def _clip_line(r: _Reader, line: Line) -> Results:
+    """``pd.clip(x, min, max)`` with constant bounds: ``min(max(x, min), max)``; others stay opaque."""
+    _arity(line, 3)
+    x, low, high = (r.tensor(line, o) for o in line.operands)
+    bounds = [r.consts.get(id(v)) for v in (low, high)]
+    if any(b is None or b.size != 1 for b in bounds):
+        return _opaque(r, line)
+    return [_clip(r, line, x, *(float(b.ravel()[0]) for b in bounds if b is not None))]
+
+
 def _number(line: Line, key: str, default: float) -> float:
     value = line.attrs.get(key, default)
     if not isinstance(value, int | float):
@@ -995,6 +1017,8 @@ HANDLERS: dict[str, Handler] = {
     "pd.data": _data,
     "pd.parameter": _parameter,
     "pd.fetch": _fetch,
+    "pd.leaky_relu": _leaky_relu,
+    "pd.clip": _clip_line,
     "pd.if": _if,
     "pd.while": _while,
     "cf.yield": _yield,
