@@ -20,7 +20,7 @@ from typing import Any
 
 from egglog import bindings
 
-from eqsat.errors import EqsatError
+from eqsat.errors import EqsatError, ShapeError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
 from eqsat.ops import EGG_SORT, FLOAT_DTYPES, OPAQUE, OPS, VARIADIC, OpDef, folds
 from eqsat.shapes import MAX_RANK
@@ -292,13 +292,19 @@ class Serialized:
         self._drop_untyped()
 
     def _drop_untyped(self) -> None:
-        """Keep only nodes whose class and tensor inputs have a type. After a large iteration egglog
-        can leave rows over stale class ids that no analysis rule matches (so they get no shape);
-        they are equal to typed classes but cannot be told apart, so extraction never uses them.
-        The encoded program's own classes are always typed."""
+        """Keep only nodes whose class and tensor inputs have a type, and whose op accepts its inputs'
+        types and gives its class's type. After a large iteration egglog can leave rows over stale
+        class ids that no analysis rule matches (so they get no shape); they are equal to typed
+        classes but cannot be told apart, so extraction never uses them. The analysis does not check
+        operands against each other (a matmul of two dtypes); the Python rule does, so extraction
+        never picks a node the program could not hold. The encoded program's classes are typed."""
         lists = {cid for cid, ns in self.classes.items() if ns[0].op in ("TNil", "TCons")}
         valid = set(self.types) | lists
-        self.classes = {cid: ns for cid, ns in self.classes.items() if cid in valid}
+        typed = {
+            cid: [n for n in ns if cid in lists or self._well_typed(n)] for cid, ns in self.classes.items()
+        }
+        valid -= {cid for cid, ns in typed.items() if not ns}
+        self.classes = {cid: ns for cid, ns in typed.items() if cid in valid}
         changed = True
         while changed:
             changed = False
@@ -311,6 +317,19 @@ class Serialized:
                     else:
                         del self.classes[cid]
                         valid.discard(cid)
+
+    def _well_typed(self, node: Node) -> bool:
+        """A fixed-arity op's Python shape/dtype rule accepts its inputs and gives its class's type."""
+        spec = spec_of(node)
+        if spec is None or spec.arity == VARIADIC:
+            return True
+        types = [self.types.get(c) for c in node.children[: spec.arity]]
+        if any(t is None for t in types):
+            return True  # left to the untyped-input pass
+        try:
+            return spec.infer(types, attrs_of(self, node, spec)) == self.types[node.eclass]  # type: ignore[arg-type]
+        except (ShapeError, KeyError, TypeError, ValueError):
+            return False
 
     def _tensor_children(self, node: Node) -> list[str]:
         """The children of a node that are tensor or list classes (not primitive attributes)."""

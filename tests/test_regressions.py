@@ -290,3 +290,22 @@ def test_the_oracle_does_not_blame_eqsat_for_xla_bfloat16_roundings():
     assert judge(ref, want, got, "bfloat16", strict=False) is None
     worse = np.asarray(got).astype(np.float32) * np.float32(1.5)
     assert judge(ref, want, worse.astype(jnp.bfloat16), "bfloat16", strict=False) is not None
+
+
+def test_extraction_never_picks_an_op_its_inputs_do_not_fit():
+    """Found by the fuzzer (float64 family): a float32 gram of an empty float64 matrix, then three
+    attentions. Every tensor is 0x0, so the shape guards cannot tell the float64 input from the
+    float32 values, and a combination of the matmul rules (assoc, scale motion, transposes) left a
+    matmul of a float32 and a float64 operand in the e-graph; extraction picked it and decoding
+    raised. Extraction now keeps only nodes whose op accepts their inputs' types."""
+
+    def attention(x):
+        return jax.nn.softmax((x @ x.T) * 2.0, axis=-1) @ x
+
+    def fn(x, s):
+        y = jnp.matmul(x * s, (x * s).T, preferred_element_type=jnp.float32)
+        return attention(attention(attention(y)))
+
+    with jax.enable_x64(True):
+        x = jnp.zeros((0, 0), jnp.float64)
+        _same(fn, x, 1.0, limits=Limits(max_iterations=8, timeout_s=2.0))
