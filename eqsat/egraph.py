@@ -461,6 +461,8 @@ def decode(graph: Serialized, enc: Encoding, choose: Any, original: Program) -> 
             cid, expanded = stack.pop()
             if cid in memo:
                 continue
+            if cid not in graph.classes:  # every term of it was ill-typed (Serialized drops those)
+                raise ShapeError(f"no term of e-class {cid} fits its op's type rule")
             node = choose(cid)
             inputs = input_classes(graph, node, choose)
             if not expanded:
