@@ -328,7 +328,7 @@ class Serialized:
             return True  # left to the untyped-input pass
         try:
             return spec.infer(types, attrs_of(self, node, spec)) == self.types[node.eclass]  # type: ignore[arg-type]
-        except (ShapeError, KeyError, TypeError, ValueError):
+        except (ShapeError, KeyError, TypeError, ValueError, IndexError):  # a rule refusing odd inputs
             return False
 
     def _tensor_children(self, node: Node) -> list[str]:
