@@ -20,14 +20,13 @@ from .algebra import RULES as ALGEBRA
 from .base import UNARY_ATTRS, Example, Rule, Variant, both_ways, example_dtype, rand_shape, unary_pattern
 from .terms import (
     Add,
-    Concat,
     Matmul,
     Split,
-    TList,
     constructor,
     differ,
     dtype_of,
     equal,
+    pair,
     reassociable,
     shape_of,
 )
@@ -35,11 +34,6 @@ from .traced import Side, traced_rule
 
 F32 = "float32"
 REASSOCIABLE = (reassociable(dtype_of("x")),)
-
-
-def pair(a: str, b: str, axis: str | int) -> str:
-    """The concatenation of ``a`` and ``b`` along ``axis``."""
-    return Concat(TList(a, b), axis=axis)
 
 
 def _three(rng: Any) -> dict[str, Any]:

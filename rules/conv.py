@@ -39,6 +39,7 @@ from .terms import (
     differ,
     dtype_of,
     equal,
+    pair,
     reassociable,
     shape_of,
     vec,
@@ -174,10 +175,6 @@ def _unit_reshape(rng: Any) -> dict[str, Any]:
     return {"y": TensorType((1, *shape), F32), "s": shape, **vectors, "a": axis, "eps": 1e-5}
 
 
-def _pair(a: str, b: str, axis: int | str) -> str:
-    return Concat(TList(a, b), axis=axis)
-
-
 def _conv(x: str, w: str, layout: str, groups: str | int = "g") -> str:
     return Conv2d(x, w, strides="st", padding="p", dilations="dl", groups=groups, layout=layout)
 
@@ -211,11 +208,11 @@ def _concats(layout: str) -> tuple[Variant, ...]:
     channel, out = CONV_AXES[layout].channel, CONV_AXES[layout].kernel_out
     return (
         *both_ways(
-            _pair(_conv("a", "w", layout), _conv("b", "w", layout), 0), _conv(_pair("a", "b", 0), "w", layout)
+            pair(_conv("a", "w", layout), _conv("b", "w", layout), 0), _conv(pair("a", "b", 0), "w", layout)
         ),
         *both_ways(
-            _pair(_conv("a", "w", layout, 1), _conv("a", "v", layout, 1), channel),
-            _conv("a", _pair("w", "v", out), layout, 1),
+            pair(_conv("a", "w", layout, 1), _conv("a", "v", layout, 1), channel),
+            _conv("a", pair("w", "v", out), layout, 1),
         ),
     )
 
@@ -225,13 +222,13 @@ def _groups(layout: str) -> tuple[Variant, Variant]:
     channel, out = CONV_AXES[layout].channel, CONV_AXES[layout].kernel_out
     return (
         Variant(
-            _pair(_conv("a", "w", layout), _conv("b", "v", layout), channel),
-            _conv(_pair("a", "b", channel), _pair("w", "v", out), layout, "(* 2 g)"),
+            pair(_conv("a", "w", layout), _conv("b", "v", layout), channel),
+            _conv(pair("a", "b", channel), pair("w", "v", out), layout, "(* 2 g)"),
             _SAME,
         ),
         Variant(
-            _conv(_pair("a", "b", channel), _pair("w", "v", out), layout),
-            _pair(_conv("a", "w", layout, "(/ g 2)"), _conv("b", "v", layout, "(/ g 2)"), channel),
+            _conv(pair("a", "b", channel), pair("w", "v", out), layout),
+            pair(_conv("a", "w", layout, "(/ g 2)"), _conv("b", "v", layout, "(/ g 2)"), channel),
             (*_SAME, "(= (% g 2) 0)"),
         ),
     )
@@ -251,7 +248,7 @@ def _channel_sum(layout: str) -> tuple[Variant, ...]:
     )
     return both_ways(
         Add(_conv("a", "w", layout, 1), _conv("b", "v", layout, 1)),
-        _conv(_pair("a", "b", channel), _pair("w", "v", kin), layout, 1),
+        _conv(pair("a", "b", channel), pair("w", "v", kin), layout, 1),
         *guards,
     )
 

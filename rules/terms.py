@@ -55,6 +55,11 @@ def TList(*items: Term) -> Term:
     return tlist(list(items))
 
 
+def pair(a: Term, b: Term, axis: Term | int) -> Term:
+    """The concatenation of ``a`` and ``b`` along ``axis``."""
+    return Concat(TList(a, b), axis=axis)
+
+
 def vec(items: Iterable[Term | int]) -> Term:
     """An egglog vector of ints (``IVec``)."""
     texts = [str(i) for i in items]
