@@ -4,6 +4,7 @@ accounting, JSON output."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -22,17 +23,26 @@ def interleaved(
     fns: dict[str, Callable[[], Any]],
     repeats: int = 10,
     statistic: Callable[[list[float]], float] = statistics.median,
+    sample_s: float = 2e-3,
 ) -> dict[str, float]:
-    """Seconds of each thunk (median, or ``statistic``), calls interleaved (a, b, a, b, ...) after one
-    warm-up each."""
-    for fn in fns.values():
+    """Seconds per call of each thunk (median over ``repeats`` samples, or ``statistic``), samples
+    interleaved (a, b, a, b, ...) after one warm-up each. A sample is one call, or for calls shorter
+    than ``sample_s`` as many calls as take about that long (as ``timeit`` autoranges): single calls
+    of tens of microseconds measure the timer and the scheduler more than the call."""
+    calls = {}
+    for k, fn in fns.items():
         jax.block_until_ready(fn())
+        t = time.perf_counter()
+        jax.block_until_ready(fn())
+        calls[k] = max(1, min(1000, math.ceil(sample_s / max(time.perf_counter() - t, 1e-9))))
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
             t = time.perf_counter()
-            jax.block_until_ready(fn())
-            times[k].append(time.perf_counter() - t)
+            for _ in range(calls[k]):
+                out = fn()
+            jax.block_until_ready(out)
+            times[k].append((time.perf_counter() - t) / calls[k])
     return {k: statistic(v) for k, v in times.items()}
 
 
