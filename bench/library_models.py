@@ -1,11 +1,12 @@
-"""Attention and MLP blocks written with real model libraries (flax nnx and linen, equinox,
-``jax.nn.dot_product_attention``), as users write them. Each ``make_*`` returns (function, example
+"""Attention and MLP blocks written with real model libraries (flax nnx and linen, equinox, Keras 3,
+haiku, ``jax.nn.dot_product_attention``), as users write them. Each ``make_*`` returns (function, example
 arguments) with the parameters closed over; ``CASES`` names them. Used by tests/test_real_models.py
 (small shapes) and bench/real_models.py (long sequences)."""
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -146,6 +147,48 @@ def equinox_mlp(batch: int, seq: int, dim: int = 64, heads: int = 4, dtype: Any 
     return f, (_x(batch, seq, dim, dtype),)
 
 
+def keras_attention(batch: int, seq: int, dim: int = 64, heads: int = 4, dtype: Any = jnp.float32) -> Case:
+    """Keras 3 (JAX backend) MultiHeadAttention with dropout and an attention mask, at inference: its
+    masked softmax zeroes the masked probabilities after the softmax (a fully masked row gives 0); the
+    mask empties one row."""
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    import keras
+
+    name = jnp.dtype(dtype).name
+    mha = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=dim // heads, dropout=0.1, dtype=name)
+    x = _x(batch, seq, dim, dtype)
+    keep = np.random.default_rng(1).random((batch, seq, seq)) < 0.7
+    keep[0, seq // 2] = False
+    mask = jnp.asarray(keep)
+    mha(x, x, attention_mask=mask)  # builds the weights
+
+    def f(x: jax.Array, mask: jax.Array) -> jax.Array:
+        return mha(x, x, attention_mask=mask, training=False)
+
+    return f, (x, mask)
+
+
+def haiku_attention(batch: int, seq: int, dim: int = 64, heads: int = 4, dtype: Any = jnp.float32) -> Case:
+    """haiku.MultiHeadAttention with a padding mask: its logits are divided by sqrt(key size) in the
+    model's dtype (a division, not a product, in bfloat16)."""
+    import haiku as hk
+
+    def forward(x: jax.Array, mask: jax.Array) -> jax.Array:
+        return hk.MultiHeadAttention(heads, dim // heads, w_init=hk.initializers.VarianceScaling(1.0))(
+            x, x, x, mask=mask
+        )
+
+    model = hk.without_apply_rng(hk.transform(forward))
+    x = _x(batch, seq, dim, dtype)
+    mask = jnp.asarray(np.random.default_rng(1).random((batch, 1, 1, seq)) < 0.8).at[..., 0].set(True)
+    params = jax.tree_util.tree_map(lambda a: a.astype(dtype), model.init(jax.random.key(0), x, mask))
+
+    def f(x: jax.Array, mask: jax.Array) -> jax.Array:
+        return model.apply(params, x, mask)
+
+    return f, (x, mask)
+
+
 def _qkv(batch: int, seq: int, heads: int, kv_heads: int, dim: int, dtype: Any) -> tuple[jax.Array, ...]:
     rng = np.random.default_rng(2)
     return tuple(
@@ -184,6 +227,8 @@ CASES: dict[str, Callable[..., Any]] = {
     "flax-linen-decoder": linen_decoder,
     "equinox-mha": equinox_attention,
     "equinox-mlp": equinox_mlp,
+    "keras-mha-masked": keras_attention,
+    "haiku-mha": haiku_attention,
     **{
         f"jax-dpa-{o}": functools.partial(dot_product_attention, option=o)
         for o in ("plain", "bias", "mask", "causal", "gqa", "gqa-causal")

@@ -42,19 +42,31 @@ CONSTANT_WEIGHT = (
     f"(rule ((= w (Input n))) ((constant-weight w)) :ruleset {ANALYSIS})",
     f"(rule ((= w (Full s v d))) ((constant-weight w)) :ruleset {ANALYSIS})",
 )
+
+
+def _closure(relation: str, leaves: tuple[str, ...], other: str) -> tuple[str, ...]:
+    """``(relation t)`` for the leaf patterns, and through reshapes, square roots and arithmetic: a
+    unary op of a term in the relation, a binary op of one (either side) and a term in ``other``."""
+    facts = [f"(rule ((= t {leaf})) (({relation} t)) :ruleset {ANALYSIS})" for leaf in leaves]
+    facts += [
+        f"(rule ((= t {term}) ({relation} a)) (({relation} t)) :ruleset {ANALYSIS})"
+        for term in ("(Reshape a s)", "(Sqrt a)", "(Rsqrt a)")
+    ]
+    facts += [
+        f"(rule ((= t ({op} {x} {y})) ({relation} a) ({other} b)) (({relation} t)) :ruleset {ANALYSIS})"
+        for op in ("Add", "Sub", "Mul", "Div")
+        for x, y in (("a", "b"), ("b", "a"))
+    ]
+    return (f"(relation {relation} (Tensor))", *facts)
+
+
 # ``(constant-value t)``: t is computed from leaves (parameters, constants) only: folding it into a
 # weight costs nothing at run time.
-CONSTANT_VALUE = (
-    "(relation constant-value (Tensor))",
-    f"(rule ((= t (Input n))) ((constant-value t)) :ruleset {ANALYSIS})",
-    f"(rule ((= t (Full s v d))) ((constant-value t)) :ruleset {ANALYSIS})",
-    f"(rule ((= t (Reshape a s)) (constant-value a)) ((constant-value t)) :ruleset {ANALYSIS})",
-    *(
-        f"(rule ((= t ({op} a b)) (constant-value a) (constant-value b)) ((constant-value t)) "
-        f":ruleset {ANALYSIS})"
-        for op in ("Add", "Sub", "Mul")
-    ),
-)
+CONSTANT_VALUE = _closure("constant-value", ("(Input n)", "(Full s v d)"), "constant-value")
+# ``(parameter-value t)``: t is computed from leaves only, at least one of them a parameter or input
+# (not from constant fills alone: a product of two literals such as 1e-30 * 1e-30 can underflow, which
+# the rules on literals guard by their magnitude).
+PARAMETER_VALUE = (*CONSTANT_VALUE, *_closure("parameter-value", ("(Input n)",), "constant-value"))
 
 
 def var(attr: str) -> str:
@@ -288,7 +300,10 @@ class Serialized:
         self.types: dict[str, TensorType] = {}
         for cid, sid in shapes.items():
             if cid in dtypes:
-                self.types[cid] = TensorType(self.value(sid), self.value(dtypes[cid]))
+                try:
+                    self.types[cid] = TensorType(self.value(sid), self.value(dtypes[cid]))
+                except ShapeError:  # a term no program holds (a reshape to another size): untyped
+                    continue
         self._drop_untyped()
 
     def _drop_untyped(self) -> None:

@@ -1,4 +1,5 @@
-"""Declarative rewrite rules, grouped by theme: ``transpose``, ``reshape``, ``cast``, ``fold``.
+"""Declarative rewrite rules, grouped by theme (a module each): ``transpose``, ``reshape``, ``cast``,
+``fold``, ``algebra``, ``fusion``, ``softmax``, ``attention``, ``conv``, ``normalize``, ``axioms``.
 
 Each rule has a name, a one-line reason, egglog patterns and an example that
 ``eqsat.verify.check_rule`` instantiates on random data (see ``rules/base.py`` for the format).
@@ -13,10 +14,22 @@ from .base import Rule
 
 
 def _load() -> dict[str, list[Rule]]:
-    from . import algebra, attention, axioms, cast, conv, fold, fusion, reshape, softmax, transpose
+    from . import algebra, attention, axioms, cast, conv, fold, fusion, normalize, reshape, softmax, transpose
 
     themes = {}
-    for module in (transpose, reshape, cast, fold, algebra, fusion, softmax, attention, conv, axioms):
+    for module in (
+        transpose,
+        reshape,
+        cast,
+        fold,
+        algebra,
+        fusion,
+        softmax,
+        attention,
+        conv,
+        normalize,
+        axioms,
+    ):
         theme = module.__name__.rsplit(".", 1)[-1]
         themes[theme] = [replace(r, theme=theme) for r in module.RULES]
     return themes

@@ -3,19 +3,20 @@ which equals ``flash_attention`` — the same softmax computed blockwise in stat
 ``rules/softmax.py``), streaming over key blocks without materializing the S×S scores. The cost
 model picks one.
 
-Recognition is by saturation: layout rules move transposes into matmul flags and through
-elementwise ops, scales hoist (``rules/algebra.py``), ``jax.nn.softmax``'s expansion folds back into
-``softmax`` (``rules/softmax.py``), constants fold (``rules/fold.py``), and the layout pass
-(``eqsat.layout``) drops unit dims; what is left is one canonical form per combination of bias
-(additive), mask (boolean, with its fill: ``-inf``, ``-1e9``, ``finfo.min``) and scale, with casts
-around the softmax. A mask built from iota comparisons (row >= column) becomes the ``causal`` flag.
+Recognition composes small steps through two intermediate forms instead of listing spellings: the
+**scaled product** ``scores(q, k, bias, scale)`` (a ``q kᵀ`` matmul, then a scale, then an added bias,
+each step one rule here) and the **masked softmax** ``masked_softmax(x, mask, fill, zero_masked)``
+(``rules/softmax.py``: a softmax, of a ``where(mask, x, fill)``, in its own dtype or cast, its masked
+probabilities zeroed or not). Attention is their product with v. Around them, layout rules move
+transposes into matmul flags and through elementwise ops, scales hoist (``rules/algebra.py``),
+softmax's expansions fold back into ``softmax``, constants fold (``rules/fold.py``), and the layout
+pass (``eqsat.layout``) drops unit dims. A mask built from iota comparisons (row >= column) becomes the
+``causal`` flag; an expanded or reshaped mask or bias is not needed (attention broadcasts them).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from itertools import product
 from typing import Any
 
 import numpy as np
@@ -28,17 +29,18 @@ from .terms import (
     Add,
     Attention,
     Cast,
+    Div,
     Expand,
     FlashAttention,
     Full,
     Ge,
     Iota,
     Le,
+    MaskedSoftmax,
     Matmul,
     Reshape,
     Scale,
-    Select,
-    Softmax,
+    Scores,
     differ,
     dtype_of,
     equal,
@@ -49,79 +51,40 @@ from .terms import (
 )
 
 F32 = "float32"
-QK = Matmul("q", "k", transpose_y=1, dtype="ds")  # scores of dtype ds
 ZERO = Full(shape="(vec-empty)", value=0.0, dtype="ds")
 TRUE = Full(shape="(vec-empty)", value=1.0, dtype="bool")
 _LAST = f"(- (vec-length {shape_of('q')}) 1)"
-_ATTRS = {"scale": "c", "fill": "f", "causal": "z", "scores_dtype": "ds", "softmax_dtype": "dm"}
+_ATTRS = {
+    "scale": "c",
+    "fill": "f",
+    "causal": "z",
+    "zero_masked": "zm",
+    "divisor": "cd",
+    "scores_dtype": "ds",
+    "softmax_dtype": "dm",
+}
 
 
-def _guards(scores: str, product: str) -> tuple[str, ...]:
-    """q, k, v of one rank; the product with v has q's batch dims (k's and v's broadcast to them);
-    softmax over the last axis; the scores are q kᵀ's."""
+def _scores(bias: str = "b", scale: str | float = "c", divisor: str | float = "cd") -> str:
+    return Scores("q", "k", bias, scale=scale, divisor=divisor, dtype="ds")
+
+
+def _fuse(cast: bool) -> Variant:
+    """``masked_softmax(scores(q, k, b)) v``, the probabilities cast to q's dtype or already in it."""
+    probs = MaskedSoftmax(_scores(), "m", fill="f", zero_masked="zm", axis="a", dtype="dm")
+    product = Matmul(Cast(probs, dtype="dq") if cast else probs, "v", dtype="dq")
     out = f"(vec-set {shape_of('q')} {_LAST} (vec-get {shape_of('v')} {_LAST}))"
     rank = f"(vec-length {shape_of('q')})"
-    return (
+    guards = (
         equal(rank, f"(vec-length {shape_of('k')})"),
         equal(rank, f"(vec-length {shape_of('v')})"),
-        equal(shape_of(product), out),
+        equal(shape_of(product), out),  # k's and v's batch dims broadcast to q's, not beyond
         equal("a", _LAST),
-        equal(shape_of(scores), shape_of(QK)),
         equal("dq", dtype_of("q")),
+        equal("dq", dtype_of("v")),
         float_dtype("dq"),
-        float_dtype("ds"),
     )
-
-
-# (scores, bias, scale): q kᵀ with or without a scale and an additive bias
-_SCORES: tuple[tuple[str, str, str | float], ...] = (
-    (Add(Scale(QK, scale="c"), "b"), "b", "c"),
-    (Add(QK, "b"), "b", 1.0),
-    (Scale(QK, scale="c"), ZERO, "c"),
-    (QK, ZERO, 1.0),
-)
-
-
-def _masked(scores: str) -> tuple[tuple[str, str, str | float], ...]:
-    """(masked scores, mask, fill): unmasked, ``where(m, s, fill)``, ``where(broadcast m, s, fill)``."""
-    fill = Full(shape="sf", value="f", dtype="ds")
-    return (
-        (scores, TRUE, float("-inf")),
-        (Select("m", scores, fill), "m", "f"),
-        (Select(Expand("m", shape="se"), scores, fill), "m", "f"),
-    )
-
-
-# The softmax's precision, which the attention op keeps (its scores_dtype and softmax_dtype): (the
-# probabilities of the masked scores, the softmax's dtype, guard). In the scores' dtype, which is q's;
-# in the scores' dtype, cast to q's (float32 scores of half-precision q, as jax.nn.dot_product_attention
-# computes them); in a dtype dm the scores are cast to (jax.nn.softmax of half precision in float32),
-# cast to q's.
-_PRECISIONS: tuple[tuple[Callable[[str], str], str, tuple[str, ...]], ...] = (
-    (lambda s: Softmax(s, axis="a"), "ds", (equal("ds", "dq"),)),
-    (lambda s: Cast(Softmax(s, axis="a"), dtype="dq"), "ds", ()),
-    (lambda s: Cast(Softmax(Cast(s, dtype="dm"), axis="a"), dtype="dq"), "dm", (float_dtype("dm"),)),
-)
-
-
-def _fuse(
-    scores: str, bias: str, scale: str | float, masked: str, mask: str, fill: str | float, precision: int
-) -> Variant:
-    probs, softmax_dtype, when = _PRECISIONS[precision]
-    product = Matmul(probs(masked), "v", dtype="dq")
-    attention = Attention(
-        "q",
-        "k",
-        "v",
-        bias,
-        mask,
-        scale=scale,
-        fill=fill,
-        causal=0,
-        scores_dtype="ds",
-        softmax_dtype=softmax_dtype,
-    )
-    return Variant(product, attention, (*_guards(scores, product), *when))
+    return Variant(product, Attention("q", "k", "v", "b", "m", **{**_ATTRS, "causal": 0}), guards)
 
 
 def _causal(rank: int, compare: str, reshaped: bool) -> Variant:
@@ -183,6 +146,8 @@ def _example(rng: Any, dq: str = F32, ds: str | None = None, dm: str | None = No
         "dm": dm or ds,
         "d": "int32",
         "z": int(rng.integers(0, 2)),
+        "zm": int(rng.integers(0, 2)),
+        "cd": float(rng.choice([1.0, float(np.sqrt(8)), 3.0])),
     }
 
 
@@ -204,14 +169,47 @@ HALF_CASES = tuple(case for case in PRECISION_CASES if {case["ds"], case["dm"]} 
 
 RULES = [
     Rule(
-        "attention-fuse",
-        "softmax(where(mask, q kᵀ·c + bias, fill)) v is one attention op (each of bias, mask and scale "
-        "optional; the scores and the softmax in the dtypes the program rounds them to)",
-        tuple(
-            _fuse(s, bias, scale, masked, mask, fill, precision)
-            for (s, bias, scale), precision in product(_SCORES, range(len(_PRECISIONS)))
-            for masked, mask, fill in _masked(s)
+        "scores-of-product",
+        "q kᵀ is the scaled product with scale 1 and no bias (the form attention is recognized from)",
+        (
+            Variant(
+                Matmul("q", "k", transpose_y=1, dtype="ds"), _scores(ZERO, 1.0, 1.0), (float_dtype("ds"),)
+            ),
         ),
+        _example,
+    ),
+    Rule(
+        "scores-scale",
+        "the scaled product with scale 1 and no bias, scaled by c, is the scaled product with scale c",
+        (Variant(Scale(_scores(ZERO, 1.0, 1.0), scale="c"), _scores(ZERO, "c", 1.0)),),
+        _example,
+    ),
+    Rule(
+        "scores-divide",
+        "the scaled product without a divisor or bias, divided by a constant, has that divisor (in half "
+        "precision a division rounds unlike the product by its inverse, so it stays a division)",
+        (
+            Variant(
+                Div(_scores(ZERO, "c", 1.0), Full(shape="(vec-empty)", value="cd", dtype="ds")),
+                _scores(ZERO),
+            ),
+        ),
+        _example,
+    ),
+    Rule(
+        "scores-bias",
+        "a bias added to the scaled product without one (broadcasting to it, either order) is its bias",
+        tuple(
+            Variant(Add(*operands), _scores(), (equal(shape_of(_scores(ZERO)), shape_of(Add(*operands))),))
+            for operands in ((_scores(ZERO), "b"), ("b", _scores(ZERO)))
+        ),
+        _example,
+    ),
+    Rule(
+        "attention-fuse",
+        "masked_softmax(scores(q, k, bias)) v is one attention op, the probabilities cast to q's dtype or "
+        "in it (the scores and the softmax keep the dtypes the program rounds them to)",
+        (_fuse(cast=False), _fuse(cast=True)),
         _example,
         exact=False,
         cases=PRECISION_CASES,

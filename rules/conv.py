@@ -146,6 +146,7 @@ def _conv_example(rng: Any) -> dict[str, Any]:
         "w": TensorType(kernel, F32),
         "y": TensorType(out, F32),
         **{t: TensorType((o,), F32) for t in ("c", *_STATS)},
+        "t": TensorType((1, o, 1, 1) if nchw else (1, 1, 1, o), F32),
         "st": (1, 1),
         "p": (0, 0, 0, 0),
         "dl": (1, 1),
@@ -324,6 +325,9 @@ def _epilogue(layout: str) -> tuple[Variant, ...]:
     ]
     if channel == 3:  # channels last: the vector itself broadcasts
         forms += [(conv, fused, "c", shaped), (*viewed, "c", unit)]
+    # a bias already of the broadcast shape (a per-channel constant computed in it), viewed as a vector
+    broadcast = (*shaped[:2], equal(shape_of("t"), _along(4, channel)))
+    forms.append((conv, _fused("none", layout, Reshape("t", shape=vec(["o"]))), "t", broadcast))
     return tuple(
         Variant(Add(a, b), out, when) for y, out, bias, when in forms for a, b in ((y, bias), (bias, y))
     )
@@ -335,9 +339,9 @@ def _flat_example(rng: Any) -> dict[str, Any]:
     return {**ex, "s": (ex["y"].size,)}
 
 
-def _fused(act: str, layout: str = "l") -> str:
+def _fused(act: str, layout: str = "l", bias: str = "c") -> str:
     window = {"strides": "st", "padding": "p", "dilations": "dl", "groups": "g"}
-    return Conv2dBiasAct("x", "w", "c", **window, layout=layout, act=act)
+    return Conv2dBiasAct("x", "w", bias, **window, layout=layout, act=act)
 
 
 def _matmul_example(rng: Any) -> dict[str, Any]:

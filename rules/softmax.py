@@ -3,12 +3,17 @@
 ``l = l1·exp(m1 - m) + l2·exp(m2 - m)`` — the identities flash attention streams with.
 
 The same rules recognize softmax written out by hand or by ``jax.nn.softmax`` (whose max is taken
-against ``-inf`` and whose reductions drop the axis and reshape it back).
+against ``-inf`` and whose reductions drop the axis and reshape it back), or without the max
+(``exp(x) / sum(exp(x))``). Every softmax is also a ``masked_softmax``: of ``where(mask, x, fill)``, in x's
+dtype or cast, with the masked probabilities zeroed after it (``where(mask, p, 0)``, Keras's masked
+softmax) or not — the one form attention is recognized from, whatever the spelling.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from eqsat.ir import TensorType
 
@@ -21,6 +26,7 @@ from .terms import (
     Exp,
     Full,
     IsFinite,
+    MaskedSoftmax,
     Maximum,
     Mul,
     ReduceMax,
@@ -33,6 +39,7 @@ from .terms import (
     Transpose,
     dtype_of,
     equal,
+    float_dtype,
     shape_of,
 )
 
@@ -47,6 +54,23 @@ def _stats(x: str, a: str) -> tuple[str, str]:
 def _x_axis(rng: Any) -> dict[str, Any]:
     shape = rand_shape(rng, int(rng.integers(1, 4)))
     return {"x": TensorType(shape, F32), "a": int(rng.integers(len(shape)))}
+
+
+def _masked_example(rng: Any) -> dict[str, Any]:
+    """x, a mask of its shape, a fill, an axis, x's dtype (d) and another (dc) for casts."""
+    ex = _x_axis(rng)
+    shape = ex["x"].shape
+    return {
+        **ex,
+        "m": TensorType(shape, "bool"),
+        "f": float(rng.choice([-1e9, -np.inf, -30.0])),
+        "sf": shape,
+        "sz": shape,
+        "d": F32,
+        "df": F32,
+        "dc": str(rng.choice(["float64", "float16", F32])),
+        "zm": int(rng.integers(0, 2)),
+    }
 
 
 def _blocks(rng: Any) -> dict[str, Any]:
@@ -64,21 +88,40 @@ _NEG_INF = Full(shape="(vec-empty)", value=float("-inf"), dtype="d")
 _MAX = ReduceMax("x", axis="a", keepdim=1)
 _SAFE_MAX = Select(IsFinite(_MAX), _MAX, Full(shape="sm", value=0.0, dtype="d"))
 
+
+def _float32_sum(e: str) -> str:
+    """The sum of ``e`` along ``a`` accumulated in float32 and cast back to ``d`` (jnp.sum of half
+    precision)."""
+    return Cast(ReduceSum(Cast(e, dtype="float32"), axis="a", keepdim=1), dtype="d")
+
+
+_TRUE = Full(shape="(vec-empty)", value=1.0, dtype="bool")
+_FILL = Full(shape="sf", value="f", dtype="df")
+_IN_X = (equal("d", dtype_of("x")),)
+
+
+def _masked(x: str, dtype: str, mask: str = "m", fill: str | float = "f", zero: int | str = 0) -> str:
+    return MaskedSoftmax(x, mask, fill=fill, zero_masked=zero, axis="a", dtype=dtype)
+
+
 RULES = [
     Rule(
         "softmax-stats-form",
-        "softmax(x) = exp(x - m) / l with m = max(x), l = sum(exp(x - m)) (both directions; l summed in "
-        "float32 for half precision, as jax.nn.softmax does)",
+        "exp(x - m) / l with m = max(x), l = sum(exp(x - m)) is softmax(x) (l summed in float32 for half "
+        "precision, as jax.nn.softmax does)",
         (
-            Variant(Softmax("x", axis="a"), Div(_E, _L)),
             Variant(Div(_E, _L), Softmax("x", axis="a")),
-            Variant(
-                Div(_E, Cast(ReduceSum(Cast(_E, dtype="float32"), axis="a", keepdim=1), dtype="d")),
-                Softmax("x", axis="a"),
-                (equal("d", dtype_of("x")),),
-            ),
+            Variant(Div(_E, _float32_sum(_E)), Softmax("x", axis="a"), _IN_X),
         ),
         lambda rng: {**_x_axis(rng), "d": F32},
+    ),
+    Rule(
+        "softmax-to-stats-form",
+        "softmax(x) = exp(x - m) / l, m = max(x), l = sum(exp(x - m)): the stats form the block rules "
+        "work on (off by default: it grows every softmax's class, in every layout, by its expansion)",
+        (Variant(Softmax("x", axis="a"), Div(_E, _L)),),
+        _x_axis,
+        default=False,
     ),
     Rule(
         "block-stats-max",
@@ -151,5 +194,50 @@ RULES = [
             ),
         ),
         lambda rng: (lambda ex: {**ex, "p": rand_perm(rng, len(ex["x"].shape))})(_x_axis(rng)),
+    ),
+    Rule(
+        "softmax-unshifted",
+        "exp(x) / sum(exp(x)) is softmax(x): equal wherever the written form does not overflow; "
+        "subtracting the max only removes its overflow (inf/inf = NaN, or inf) and its underflow (0/0)",
+        (
+            Variant(Div(Exp("x"), ReduceSum(Exp("x"), axis="a", keepdim=1)), Softmax("x", axis="a")),
+            Variant(Div(Exp("x"), _float32_sum(Exp("x"))), Softmax("x", axis="a"), _IN_X),
+        ),
+        lambda rng: {**_x_axis(rng), "d": F32},
+        exact=False,
+    ),
+    Rule(
+        "softmax-is-masked",
+        "a softmax, in x's dtype or of x cast, is the masked softmax that masks nothing",
+        (
+            Variant(Softmax("x", axis="a"), _masked("x", "d", _TRUE, float("-inf")), _IN_X),
+            Variant(
+                Softmax(Cast("x", dtype="dc"), axis="a"),
+                _masked("x", "dc", _TRUE, float("-inf")),
+                (float_dtype(dtype_of("x")),),
+            ),
+        ),
+        _masked_example,
+    ),
+    Rule(
+        "masked-softmax",
+        "the softmax of where(mask, x, fill), in x's dtype or cast, is one masked softmax",
+        (
+            Variant(Softmax(Select("m", "x", _FILL), axis="a"), _masked("x", "d"), _IN_X),
+            Variant(Softmax(Cast(Select("m", "x", _FILL), dtype="dc"), axis="a"), _masked("x", "dc")),
+        ),
+        _masked_example,
+    ),
+    Rule(
+        "masked-softmax-zeroed",
+        "where(mask, masked_softmax(x, mask), 0) zeroes its masked probabilities (as Keras's does: a "
+        "fully masked row gives 0)",
+        (
+            Variant(
+                Select("m", _masked("x", "d"), Full(shape="sz", value=0.0, dtype="d")),
+                _masked("x", "d", zero=1),
+            ),
+        ),
+        _masked_example,
     ),
 ]

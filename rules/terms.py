@@ -98,7 +98,8 @@ def _relation(name: str, doc: str) -> Callable[[Term], Term]:
 
 
 # Relations over dtypes (the analysis module fills them for every dtype) and over tensors (installed
-# with the rules that need them: ``eqsat.egraph.CONSTANT_WEIGHT``, ``CONSTANT_VALUE``).
+# with the rules that need them: ``eqsat.egraph.CONSTANT_WEIGHT``, ``CONSTANT_VALUE``,
+# ``PARAMETER_VALUE``).
 float_dtype = _relation("float-dtype", "The dtype ``d`` is a floating-point dtype.")
 wide_float = _relation("wide-float", "The dtype ``d`` is float32 or float64.")
 half_float = _relation("half-float", "The dtype ``d`` is float16 or bfloat16.")
@@ -108,6 +109,9 @@ reassociable = _relation(
 )
 constant_weight = _relation("constant-weight", "``w`` is a leaf (a parameter, an input) or a constant fill.")
 constant_value = _relation("constant-value", "``t`` is computed from leaves only.")
+parameter_value = _relation(
+    "parameter-value", "``t`` is computed from leaves only, at least one a parameter (not fills alone)."
+)
 
 
 def _operand(v: Value) -> str:
@@ -131,5 +135,6 @@ ReduceMax, ReduceSum = constructor("reduce_max"), constructor("reduce_sum")
 Linear, Fma = constructor("linear"), constructor("fma")
 Attention, FlashAttention = constructor("attention"), constructor("flash_attention")
 Select, Softmax = constructor("select"), constructor("softmax")
+Scores, MaskedSoftmax = constructor("scores"), constructor("masked_softmax")
 Conv2d, Conv2dBiasAct = constructor("conv2d"), constructor("conv2d_bias_act")
 Pool2d, BatchNorm = constructor("pool2d"), constructor("batch_norm")

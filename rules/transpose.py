@@ -19,7 +19,19 @@ from .base import (
     rule,
     unary_pattern,
 )
-from .terms import Expand, Full, Select, Transpose, constructor, equal, shape_of, vec
+from .terms import (
+    Expand,
+    Full,
+    Reshape,
+    Select,
+    Softmax,
+    Transpose,
+    constructor,
+    differ,
+    equal,
+    shape_of,
+    vec,
+)
 
 
 def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str, Any]:
@@ -69,6 +81,85 @@ def _reduction_out_of_transpose(op: str, r: int) -> Variant:
         reduce(Transpose("x", perm=vec([*shifted, "a"])), axis=r - 1),
         (equal("(vec-length p)", r - 1),),
     )
+
+
+def _reduction_to_last(op: str, r: int) -> Variant:
+    """``op`` over axis a of x (rank r, a not last) is ``op`` over the last axis of x transposed to
+    move a last, the other axes in order (the layout a softmax's exp and sum may take it in)."""
+    rest = [f"(+ {i} (min 1 (max 0 (+ (- {i} a) 1))))" for i in range(r - 1)]
+    reduce = constructor(op)
+    return Variant(
+        reduce("x", axis="a"),
+        reduce(Transpose("x", perm=vec([*rest, "a"])), axis=r - 1),
+        (equal(f"(vec-length {shape_of('x')})", r), f"(< a {r - 1})"),
+    )
+
+
+def _permuted(shape: str, r: int) -> str:
+    """``shape`` permuted by ``p`` (rank ``r``): entry i is ``shape[p[i]]``."""
+    return vec(f"(vec-get {shape} (vec-get p {i}))" for i in range(r))
+
+
+def _unit_axes_only(r: int) -> Variant:
+    """A transpose (not the identity: ``transpose-identity`` drops it) that keeps the axes of size other
+    than 1 in their order is a reshape: for every pair i < j of output axes, one of them has size 1 or
+    p[i] < p[j] (products of sizes minus one and of the axes' order, so that any pair with a unit axis
+    passes)."""
+    size = [f"(vec-get sx (vec-get p {i}))" for i in range(r)]
+    ordered = [
+        f"(>= (* (* (- {size[i]} 1) (- {size[j]} 1)) (- (vec-get p {j}) (vec-get p {i}))) 0)"
+        for i in range(r)
+        for j in range(i + 1, r)
+    ]
+    return Variant(
+        Transpose("x", perm="p"),
+        Reshape("x", shape=_permuted("sx", r)),
+        (equal("(vec-length p)", r), differ("p", vec(range(r))), equal("sx", shape_of("x")), *ordered),
+    )
+
+
+def _unit_example(rng: Any) -> dict[str, Any]:
+    """x with some axes of size 1 (at least one), and a permutation other than the identity that moves
+    only those among the others."""
+    r = int(rng.integers(2, 5))
+    shape = [int(d) if rng.random() < 0.5 else 1 for d in rand_shape(rng, r, 2, 5)]
+    unit = int(rng.integers(r))
+    shape[unit] = 1
+    perm = [int(i) for i in rng.permutation(r)]
+    slots = [k for k, axis in enumerate(perm) if shape[axis] != 1]
+    for k, axis in zip(slots, sorted(perm[k] for k in slots), strict=True):
+        perm[k] = axis
+    if perm == list(range(r)):  # move the unit axis to the other end
+        rest = [a for a in perm if a != unit]
+        perm = [*rest, unit] if unit == 0 else [unit, *rest]
+    return {"x": TensorType(tuple(shape), "float32"), "p": tuple(perm)}
+
+
+def _into_softmax(r: int) -> Variant:
+    """``transpose(softmax(x, a), p)`` with a not last and ``p[r - 1] = a`` is the softmax over the last
+    axis of x transposed: the canonical layout attention is recognized in (only that direction: each
+    transposed softmax in every layout grows the e-graph, and extraction through their cycles)."""
+    return Variant(
+        Transpose(Softmax("x", axis="a"), perm="p"),
+        Softmax(Transpose("x", perm="p"), axis=r - 1),
+        (equal("(vec-length p)", r), equal(f"(vec-get p {r - 1})", "a"), f"(< a {r - 1})"),
+    )
+
+
+def _softmax_last_example(rng: Any) -> dict[str, Any]:
+    """x, an axis a that is not its last, and a permutation moving a last."""
+    ex = _rank_example(rng, "p")
+    r = len(ex["x"].shape)
+    a = int(rng.integers(r - 1))
+    rest = [i for i in rng.permutation(r) if i != a]
+    return {**ex, "a": a, "p": tuple(int(i) for i in (*rest, a))}
+
+
+def _expand_example(rng: Any) -> dict[str, Any]:
+    ex = _rank_example(rng, "p")
+    shape = ex["x"].shape
+    small = tuple(d if rng.random() < 0.5 else 1 for d in shape)
+    return {**ex, "x": TensorType(small, "float32"), "s": shape}
 
 
 def _reduction_example(rng: Any) -> dict[str, Any]:
@@ -141,6 +232,57 @@ RULES = [
             for r in range(2, MAX_RANK + 1)
         ),
         _reduction_example,
+    ),
+    Rule(
+        "transpose-of-unit-axes",
+        "a transpose that moves only axes of size 1 (the others keep their order) is a reshape",
+        tuple(_unit_axes_only(r) for r in range(2, MAX_RANK + 1)),
+        _unit_example,
+    ),
+    Rule(
+        "transpose-into-softmax",
+        "a softmax over an inner axis, transposed to put that axis last, is the softmax over the last axis "
+        "of the transposed input",
+        tuple(_into_softmax(r) for r in range(2, MAX_RANK + 1)),
+        _softmax_last_example,
+    ),
+    Rule(
+        "transpose-through-select",
+        "select is elementwise: a transposed select is the select of the transposed condition and values",
+        (
+            Variant(
+                Transpose(Select("c", "x", "y"), perm="p"),
+                Select(Transpose("c", perm="p"), Transpose("x", perm="p"), Transpose("y", perm="p")),
+                (equal(shape_of("c"), shape_of("x")),),
+            ),
+        ),
+        lambda rng: (lambda ex: {**ex, "c": TensorType(ex["x"].shape, "bool"), "y": ex["x"]})(
+            _rank_example(rng, "p")
+        ),
+    ),
+    Rule(
+        "transpose-through-expand",
+        "a transposed broadcast is the broadcast of the transposed input (of the same rank)",
+        tuple(
+            Variant(
+                Transpose(Expand("x", shape="s"), perm="p"),
+                Expand(Transpose("x", perm="p"), shape=_permuted("s", r)),
+                (equal("(vec-length p)", r), equal(f"(vec-length {shape_of('x')})", r)),
+            )
+            for r in range(1, MAX_RANK + 1)
+        ),
+        _expand_example,
+    ),
+    Rule(
+        "reduction-over-last-axis",
+        "a reduction over an inner axis is the reduction over the last axis of the input transposed "
+        "to put that axis last (the others kept in order)",
+        tuple(
+            _reduction_to_last(op, r) for op in ("reduce_max", "reduce_sum") for r in range(2, MAX_RANK + 1)
+        ),
+        lambda rng: (lambda ex: {**ex, "a": int(rng.integers(len(ex["x"].shape) - 1))})(
+            _reduction_example(rng)
+        ),
     ),
     Rule(
         "transpose-out-of-masked-select",

@@ -209,6 +209,52 @@ def test_flash_matches_naive_with_a_boolean_mask_and_its_fill(s, fill, flash_pat
     _compare(q, k, v, mask=mask, fill=fill)
 
 
+def _zeroed_reference(q, k, v, mask, fill, causal=0):
+    """``where(keep, softmax(where(keep, q kᵀ/8, fill)), 0) v`` written out with jnp (Keras's masked
+    softmax): the probabilities of masked keys are 0, so a fully masked row gives 0."""
+    keep = mask & jnp.tril(jnp.ones((q.shape[-2], k.shape[-2]), bool)) if causal else mask
+    scores = jnp.where(keep, jnp.einsum("...qd,...kd->...qk", q, k) * 0.125, fill)
+    return jnp.where(keep, jax.nn.softmax(scores, axis=-1), 0.0) @ v
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("fill", [-np.inf, -1e9])
+@pytest.mark.parametrize("s", [7, 700, 1300])
+def test_attention_zeroes_masked_probabilities_like_the_program(s, fill, causal, flash_path):
+    """zero_masked: both lowerings give the written-out program's result, 0 in fully masked rows
+    (with either fill, where plain softmax gives NaN or the uniform average)."""
+    q, k, v = _qkv((2, 2, s, 16))
+    mask = jnp.asarray(RNG.random((2, 1, s, s)) < 0.7).at[0, :, 3].set(False).at[1, :, s - 1].set(False)
+    masking = {"fill": fill, "causal": causal, "zero_masked": 1, **F32_SOFTMAX}
+    want = np.asarray(jax.jit(_zeroed_reference, static_argnums=(4, 5))(q, k, v, mask, fill, causal))
+    assert not np.isnan(want).any() and not want[0, :, 3].any()
+    naive = naive_attention(q, k, v, NO_BIAS, mask, scale=0.125, **masking)
+    for got in (naive, _flash(q, k, v, mask=mask, **masking)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("fill", [-np.inf, -1e9])
+def test_flash_gradients_with_zeroed_masked_probabilities(fill, flash_path):
+    """The blocked backward pass with zero_masked against autodiff through the written-out program
+    (with a -inf fill, rows keep a key: autodiff of the program itself is NaN in an empty row)."""
+    q, k, v = _qkv((1, 2, 700, 8))
+    keep = RNG.random((1, 1, 700, 700)) < 0.6
+    keep[..., 3, :] = fill == -np.inf
+    mask = jnp.asarray(keep)
+    masking = {"fill": fill, "causal": 0, "zero_masked": 1, **F32_SOFTMAX}
+    weights = jnp.asarray(RNG.normal(size=q.shape), jnp.float32)
+
+    def grads(attention):
+        return jax.jit(jax.grad(lambda q, k, v: jnp.sum(attention(q, k, v) * weights), argnums=(0, 1, 2)))(
+            q, k, v
+        )
+
+    want = grads(lambda q, k, v: _zeroed_reference(q, k, v, mask, fill))
+    got = grads(lambda q, k, v: flash_attention(q, k, v, NO_BIAS, mask, scale=0.125, **masking))
+    for name, w, g in zip(("dq", "dk", "dv"), want, got, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4, err_msg=name)
+
+
 @pytest.mark.parametrize("s", [7, 700, 1300])
 def test_flash_matches_naive_under_a_causal_mask(s, flash_path):
     """Causal: key blocks after the diagonal are skipped, with the same result."""

@@ -1,6 +1,6 @@
-"""Real model code (flax nnx and linen, equinox, jax.nn.dot_product_attention) through eqsat.jit: the
-outputs match jax.jit, each attention block becomes one attention op, each biased projection a
-``linear``, and no primitive stays opaque — in float32 and bfloat16, batch 1 and more."""
+"""Real model code (flax nnx and linen, equinox, Keras 3, haiku, jax.nn.dot_product_attention) through
+eqsat.jit: the outputs match jax.jit, each attention block becomes one attention op, each biased
+projection a ``linear``, and no primitive stays opaque — in float32 and bfloat16, batch 1 and more."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ EXPECTED = {
     "flax-linen-decoder": (1, 6),
     "equinox-mha": (1, 2),
     "equinox-mlp": (0, 2),
+    "keras-mha-masked": (1, 4),
+    "haiku-mha": (1, 2),
     "jax-dpa-plain": (1, 0),
     "jax-dpa-bias": (1, 0),
     "jax-dpa-mask": (1, 0),
@@ -29,6 +31,7 @@ EXPECTED = {
     "jax-dpa-gqa-causal": (1, 0),
 }
 CAUSAL = {"flax-nnx-causal", "flax-linen-decoder", "equinox-mha", "jax-dpa-causal", "jax-dpa-gqa-causal"}
+ZEROED = {"keras-mha-masked"}  # masked probabilities zeroed after the softmax
 TOLERANCE = {"float32": 2e-5, "bfloat16": 5e-2}
 
 
@@ -54,10 +57,11 @@ def test_library_model_is_recognized_and_matches_jax(name, batch, dtype):
     assert counts.get("linear", 0) == biased, counts
     assert "opaque" not in {op.name for op in result.program.live_ops()}, counts
     assert all(op.attrs["causal"] == (name in CAUSAL) for op in attention), attention
+    assert all(op.attrs["zero_masked"] == (name in ZEROED) for op in attention), attention
 
 
 @pytest.mark.parametrize(
-    "name", ["flax-linen-decoder", "flax-nnx-causal", "jax-dpa-gqa", "jax-dpa-gqa-causal"]
+    "name", ["flax-linen-decoder", "flax-nnx-causal", "jax-dpa-gqa", "jax-dpa-gqa-causal", "keras-mha-masked"]
 )
 def test_gradients_through_eqsat_jit_match_jax(name):
     """jax.value_and_grad through eqsat.jit (a training step's shape) matches jax.jit's."""
@@ -66,7 +70,7 @@ def test_gradients_through_eqsat_jit_match_jax(name):
     def loss(*xs):
         return jnp.mean(jnp.square(fn(*xs)))
 
-    argnums = tuple(range(len(args)))
+    argnums = tuple(i for i, a in enumerate(args) if jnp.issubdtype(a.dtype, jnp.inexact))  # not masks
     got = jax.jit(jax.value_and_grad(eqsat.jit(loss), argnums=argnums))(*args)
     want = jax.jit(jax.value_and_grad(loss, argnums=argnums))(*args)
     for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):

@@ -151,14 +151,20 @@ class _Tracer:
         return None if exact is None else self.op("full", shape=(), value=exact, dtype=value.dtype.name)
 
     def const(self, value: Any) -> Value:
-        """A constant of the jaxpr: a parameter with its value, or, for a value of an enclosing
-        trace, a parameter without value that the caller passes (``Traced.closed_over``)."""
+        """A constant of the jaxpr: a scalar a float holds exactly is a ``full`` (as a literal is:
+        ``jnp.array(-1e30)`` as a mask's fill, a scale); others are parameters with their value, or,
+        for a value of an enclosing trace, a parameter without value that the caller passes
+        (``Traced.closed_over``)."""
         name = f"const{len(self.p.params)}"
         if isinstance(value, jax.core.Tracer):
             self.closed_over.append(value)
             return self.p.add_param(name, _type(value.aval, "closed-over value"))
         arr = np.asarray(value)
-        return self.p.add_param(name, _type(arr, "closed-over constant"), arr)
+        t = _type(arr, "closed-over constant")
+        exact = _exact_float(arr) if arr.ndim == 0 else None
+        if exact is not None:
+            return self.op("full", shape=(), value=exact, dtype=t.dtype)
+        return self.p.add_param(name, t, arr)
 
     def opaque(self, eqn: Any, ins: list[Value]) -> list[Value]:
         prim, params = eqn.primitive, dict(eqn.params)

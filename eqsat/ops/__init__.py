@@ -12,7 +12,7 @@ from collections.abc import Hashable, Set
 
 from eqsat.types import FLOAT_DTYPES, OPAQUE, accumulation_dtype
 
-from .attention import ATTENTION
+from .attention import ATTENTION, SCORES
 from .base import (
     ACCUMULATE,
     EGG_SORT,
@@ -27,7 +27,7 @@ from .conv import CONV
 from .elementwise import ARITHMETIC, FMA, FULL, IOTA, SELECT, UNARY
 from .layout import LAYOUT
 from .linear import LINEAR, MATMUL
-from .reduce import REDUCTIONS, SOFTMAX
+from .reduce import MASKED_SOFTMAX, REDUCTIONS, SOFTMAX
 
 __all__ = [
     "ACCUMULATE",
@@ -63,7 +63,7 @@ _ORDER = [
     SELECT,
     SOFTMAX,
 ]
-OPS: dict[str, OpDef] = {op.name: op for op in [*_ORDER, *CONV]}
+OPS: dict[str, OpDef] = {op.name: op for op in [*_ORDER, *CONV, SCORES, MASKED_SOFTMAX]}
 # Ops XLA's constant folding evaluates at compile time when all their inputs are constants: weights
 # packed (concat), laid out, or rescaled (a batch norm folded into a conv's weights) cost nothing.
 FOLDABLE = frozenset(

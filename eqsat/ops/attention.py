@@ -7,9 +7,13 @@ dtypes are attributes). ``flash_attention`` scales and pads its inputs to whole 
 ``flash.flash_blocks`` picks them, as the cost model does — and runs ``flash.blocked_attention``, which
 never materializes the S×S scores, skips causal blocks, and has its own blocked backward pass. Both
 keep the meaning of masks: with a ``-inf`` fill a fully masked row gives ``0/0`` (NaN), as naive softmax
-does; with a finite fill it is the uniform average. On a GPU backend, float16/bfloat16 inputs of rank 4
-go to cuDNN's fused attention (``jax.nn.dot_product_attention(implementation="cudnn")``) when it
-accepts them."""
+does; with a finite fill it is the uniform average; with ``zero_masked`` the probabilities of masked keys
+are 0 after the softmax (as Keras's masked softmax writes it), so a fully masked row gives 0. On a GPU
+backend, float16/bfloat16 inputs of rank 4 go to cuDNN's fused attention
+(``jax.nn.dot_product_attention(implementation="cudnn")``) when it accepts them.
+
+Recognition goes through two intermediate ops defined here too: ``scores`` (``q kᵀ·scale + bias``, the
+scaled product) and ``masked_softmax`` (in ``eqsat.ops.reduce``)."""
 
 from __future__ import annotations
 
@@ -24,11 +28,12 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from eqsat.errors import ShapeError
-from eqsat.shapes import EggRule, Shape, ShapeRule, broadcasts_to
+from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast, broadcasts_to
 from eqsat.types import FLOAT_DTYPES, TensorType
 
-from .base import ACCUMULATE, Attr, Kernel, OpDef, PhasesFn
+from .base import ACCUMULATE, RESULT_DTYPE, Attr, Kernel, OpDef, PhasesFn
 from .flash import Blocks, Masking, blocked_attention, flash_blocks, flash_key_blocks
+from .linear import matmul
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,85 @@ class Attention(ShapeRule):
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         q, v = pattern["s0"], pattern["s2"]
         return [("", f"(vec-set {q} (- (vec-length {q}) 1) (vec-get {v} (- (vec-length {v}) 1)))")]
+
+
+@dataclass(frozen=True)
+class Scores(ShapeRule):
+    """``q kᵀ·scale / divisor + bias``: q (..., Sq, D), k (..., Sk, D) -> (..., Sq, Sk), batch dims
+    broadcasting; the bias broadcasts to the result."""
+
+    rank_bounded = True
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        q, k, bias = shapes
+        if len(q) < 2 or len(k) < 2 or q[-1] != k[-1]:
+            raise ShapeError(f"scores of q {q} and k {k}: need rank >= 2 and one head dim")
+        out = (*broadcast(q[:-2], k[:-2]), q[-2], k[-2])
+        if not broadcasts_to(bias, out):
+            raise ShapeError(f"scores bias {bias} does not broadcast to {out}")
+        return out
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        q, k = pattern["s0"], pattern["s1"]
+        rows, keys = (f"(vec-get {s} (- (vec-length {s}) 2))" for s in (q, k))
+        batch = f"(= b (broadcast-shape (vec-pop (vec-pop {q})) (vec-pop (vec-pop {k}))))"
+        return [(batch, f"(vec-push (vec-push b {rows}) {keys})")]
+
+    def demand(self, pattern: dict[str, str]) -> str:
+        q, k = pattern["s0"], pattern["s1"]
+        return f"(wants-broadcast-shape (vec-pop (vec-pop {q})) (vec-pop (vec-pop {k})))"
+
+    def prelude(self, ruleset: str) -> list[str]:
+        return Broadcast().prelude(ruleset)
+
+
+def _scores_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
+    if types[0].dtype not in FLOAT_DTYPES:
+        return f"needs floating-point q and k, got {types[0].dtype}"
+    if types[2].dtype != attrs["dtype"]:
+        return f"bias of dtype {types[2].dtype}, scores of dtype {attrs['dtype']}"
+    return None
+
+
+def _scores(q: Array, k: Array, bias: Array, *, scale: float, divisor: float, dtype: str) -> Array:
+    """As written: q kᵀ accumulated in ``dtype``, times the scale, divided by the divisor (both in
+    ``dtype``), plus the bias."""
+    s = matmul(q, k, transpose_x=0, transpose_y=1, dtype=dtype)
+    if scale != 1:
+        s = s * jnp.asarray(scale, s.dtype)
+    if divisor != 1:
+        s = s / jnp.asarray(divisor, s.dtype)
+    return s if _known(bias, 0) else s + bias
+
+
+def _scores_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
+    """As written: the product, then a pass scaling it (unless the scale is 1), then one adding the
+    bias (unless it is a scalar, which XLA folds into the product's output)."""
+    q, k, bias = ins
+    kernels = [Kernel(2.0 * out.size * q.shape[-1], q.nbytes + k.nbytes + out.nbytes)]
+    for factor in ("scale", "divisor"):
+        if attrs[factor] != 1:
+            kernels.append(Kernel(float(out.size), 2.0 * out.nbytes))
+    if bias.size > 1:
+        kernels.append(Kernel(float(out.size), 2.0 * out.nbytes + bias.nbytes))
+    return kernels
+
+
+SCORES = OpDef(
+    "scores",
+    3,
+    "q kᵀ·scale / divisor + bias (q, k, bias), the scaled product attention's softmax takes: q kᵀ "
+    "accumulated in and returned as dtype, scaled, divided and biased in dtype (as matmul, scale, div "
+    "and add compute it: a division by a constant rounds unlike the product by its inverse)",
+    (Attr("scale", "float", 1.0), Attr("divisor", "float", 1.0), RESULT_DTYPE),
+    Scores(),
+    "dtype",
+    lambda ins, out, attrs: 2.0 * out.size * ins[0].shape[-1] + 2.0 * out.size,
+    phases=_scores_phases,
+    same_dtype=(0, 1),
+    check=_scores_operands,
+    lower=_scores,
+)
 
 
 def _attention_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
@@ -126,14 +210,28 @@ def naive_attention(
     causal: int,
     scores_dtype: str,
     softmax_dtype: str,
+    zero_masked: int = 0,
+    divisor: float = 1.0,
 ) -> Array:
     """The program as written: scores, softmax and probabilities rounded where it rounds them."""
     b, m = _optional(bias, mask)
     precision = (scores_dtype, softmax_dtype)
-    masking = Masking(b is not None, m is not None, fill, bool(causal), k.shape[-2], False, scale, *precision)
-    scores, _ = masking.scores(q, k, 0, 0, b, m)
-    probabilities = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-    return jnp.matmul(probabilities, v, preferred_element_type=q.dtype)
+    masking = Masking(
+        b is not None,
+        m is not None,
+        fill,
+        bool(causal),
+        k.shape[-2],
+        False,
+        scale,
+        *precision,
+        divisor=divisor,
+    )
+    scores, keep = masking.scores(q, k, 0, 0, b, m)
+    probabilities = jax.nn.softmax(scores, axis=-1)
+    if zero_masked and keep is not None:
+        probabilities = jnp.where(keep, probabilities, 0)
+    return jnp.matmul(probabilities.astype(q.dtype), v, preferred_element_type=q.dtype)
 
 
 def _cudnn(
@@ -188,15 +286,29 @@ def flash_attention(
     causal: int,
     scores_dtype: str,
     softmax_dtype: str,
+    zero_masked: int = 0,
+    divisor: float = 1.0,
 ) -> Array:
     if not (q.size and k.size and v.size):  # nothing to stream: the empty result the program gives
-        precision = {"scores_dtype": scores_dtype, "softmax_dtype": softmax_dtype}
-        return naive_attention(q, k, v, bias, mask, scale=scale, fill=fill, causal=causal, **precision)
+        return naive_attention(
+            q,
+            k,
+            v,
+            bias,
+            mask,
+            scale=scale,
+            fill=fill,
+            causal=causal,
+            scores_dtype=scores_dtype,
+            softmax_dtype=softmax_dtype,
+            zero_masked=zero_masked,
+            divisor=divisor,
+        )
     b, m = _optional(bias, mask)
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
-    if scores_dtype == softmax_dtype == "float32":  # cuDNN keeps float32 scores, as the program does
-        fused = _cudnn(q, k, v, b, m, scale, bool(causal))
+    if scores_dtype == softmax_dtype == "float32" and not zero_masked:  # cuDNN: float32 scores, as written
+        fused = _cudnn(q, k, v, b, m, scale / divisor, bool(causal))
         if fused is not None:
             return fused
     bq, bk, nq, nk = flash_blocks(prod(q.shape[:-2]), sq, sk)
@@ -213,7 +325,17 @@ def flash_attention(
     b, m = padded
     ragged = nk * bk != sk  # the keys do not fill whole blocks
     masking = Masking(
-        b is not None, m is not None, fill, bool(causal), sk, ragged, scale, scores_dtype, softmax_dtype
+        b is not None,
+        m is not None,
+        fill,
+        bool(causal),
+        sk,
+        ragged,
+        scale,
+        scores_dtype,
+        softmax_dtype,
+        bool(zero_masked),
+        divisor,
     )
     out = blocked_attention(Blocks(masking, bq, bk, nq, nk), q, k, v, b, m)
     return out[..., :sq, :].astype(out_dtype)
@@ -229,6 +351,8 @@ def _attention(name: str, doc: str, phases: PhasesFn, lower: object) -> OpDef:
             Attr("scale", "float"),
             Attr("fill", "float", -math.inf),
             Attr("causal", "int", 0, (0, 1)),
+            Attr("zero_masked", "int", 0, (0, 1)),
+            Attr("divisor", "float", 1.0),
             Attr("scores_dtype", "str", ACCUMULATE),
             Attr("softmax_dtype", "str", ACCUMULATE),
         ),
@@ -244,11 +368,12 @@ def _attention(name: str, doc: str, phases: PhasesFn, lower: object) -> OpDef:
 ATTENTION = [
     _attention(
         "attention",
-        "softmax(where(mask, q kᵀ·scale + bias, fill)) v (q, k, v, bias, mask); causal: the mask also "
-        "keeps only keys j <= query i. Rounded where the program rounds: q kᵀ, its scaling, the bias "
-        "and the fill in scores_dtype; the softmax in softmax_dtype; the probabilities in q's dtype, "
-        "their product with v accumulated in float32 or wider and returned in q's dtype (both dtypes "
-        "default to q's, at least float32); scores materialized",
+        "softmax(where(mask, q kᵀ·scale / divisor + bias, fill)) v (q, k, v, bias, mask); causal: the "
+        "mask also keeps only keys j <= query i; zero_masked: the probabilities of masked keys are 0 "
+        "(where(mask, softmax(...), 0): a fully masked row gives 0). Rounded where the program rounds: "
+        "q kᵀ, its scaling, the bias and the fill in scores_dtype; the softmax in softmax_dtype; the "
+        "probabilities in q's dtype, their product with v accumulated in float32 or wider and "
+        "returned in q's dtype (both dtypes default to q's, at least float32); scores materialized",
         _attention_phases,
         naive_attention,
     ),

@@ -67,9 +67,9 @@ def flash_key_blocks(i: int, bq: int, bk: int, nk: int, causal: bool) -> int:
 @dataclass(frozen=True)
 class Masking:
     """How one attention call turns q kᵀ into the scores its softmax takes: q kᵀ rounded to
-    ``scores_dtype``, times ``scale``, the bias added, then ``where(mask and causal, scores, fill)`` (all
-    in ``scores_dtype``), keys from ``valid`` on (padding) at -inf, and the result cast to
-    ``softmax_dtype``."""
+    ``scores_dtype``, times ``scale``, divided by ``divisor``, the bias added, then ``where(mask and
+    causal, scores, fill)`` (all in ``scores_dtype``), keys from ``valid`` on (padding) at -inf, and the
+    result cast to ``softmax_dtype``; with ``zero_masked`` the probabilities of masked keys are 0."""
 
     has_bias: bool
     has_mask: bool
@@ -80,6 +80,18 @@ class Masking:
     scale: float = 1.0
     scores_dtype: str = "float32"
     softmax_dtype: str = "float32"
+    zero_masked: bool = False
+    divisor: float = 1.0
+
+    def visible(self, p: Array, keep: Opt) -> Array:
+        """The probabilities that multiply v: with ``zero_masked``, those of masked keys are 0."""
+        return jnp.where(keep, p, 0.0) if self.zero_masked and keep is not None else p
+
+    def seen(self, keep: Opt, seen: Array) -> Array:
+        """``seen``, or-ed with whether each row of this block keeps a key (with ``zero_masked``)."""
+        if not self.zero_masked or keep is None:
+            return seen
+        return seen | jnp.any(keep, axis=-1, keepdims=True)
 
     def scores(
         self, q: Array, k: Array, row0: Array | int, col0: Array | int, bias: Opt, mask: Opt
@@ -89,6 +101,8 @@ class Masking:
         s = product("...qd,...kd->...qk", q, k, k.dtype, dtype).astype(dtype)
         if self.scale != 1:
             s = s * jnp.asarray(self.scale, dtype)
+        if self.divisor != 1:
+            s = s / jnp.asarray(self.divisor, dtype)
         if bias is not None:
             s = s + bias.astype(dtype)
         rows = row0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 0)
@@ -100,6 +114,7 @@ class Masking:
             s = jnp.where(keep, s, jnp.asarray(self.fill, dtype))
         if self.padded:
             s = jnp.where(cols < self.valid, s, -jnp.inf)
+            keep = None if keep is None else keep & (cols < self.valid)  # padding keys are never kept
         return s.astype(self.softmax_dtype), keep
 
     @property
@@ -213,29 +228,41 @@ def _query_block(
     b: Blocks, q: Array, k: Array, v: Array, row0: Array, bias: Opt, mask: Opt, steps: Array | int
 ) -> tuple[Array, Array, Array]:
     """(softmax(scores) v, the scores' max m, sum of exp(scores - m)) for one query block over
-    ``steps`` key blocks: one pass when all keys form one block, else streamed with the stats form."""
-    s, v_blk, _ = _key_block(b, 0, q, k, v, row0, bias, mask)
+    ``steps`` key blocks: one pass when all keys form one block, else streamed with the stats form.
+    With ``zero_masked``, masked keys add to the sum but not to the product with v, and rows that
+    keep no key give 0."""
+    s, v_blk, keep = _key_block(b, 0, q, k, v, row0, bias, mask)
+    none_seen = jnp.zeros((*s.shape[:-1], 1), bool)
     m = jnp.max(s, axis=-1, keepdims=True)
     if b.nk == 1:  # the block's scores fit in cache: an exact softmax, normalized after the product
         p = jnp.exp(s - m)
         total = jnp.sum(p, axis=-1, keepdims=True)
-        return product(PV, p, v_blk, v.dtype) / total, m, total
+        out = product(PV, b.masking.visible(p, keep), v_blk, v.dtype) / total
+        return _zeroed(b.masking, out, b.masking.seen(keep, none_seen)), m, total
     finite = b.masking.finite
 
-    def step(j: Array, carry: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
-        m, total, acc = carry
-        s, v_blk, _ = _key_block(b, j, q, k, v, row0, bias, mask)
+    def step(j: Array, carry: tuple[Array, Array, Array, Array]) -> tuple[Array, Array, Array, Array]:
+        m, total, acc, seen = carry
+        s, v_blk, keep = _key_block(b, j, q, k, v, row0, bias, mask)
         m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
         p = _exp(s, m_new, finite)
         rescale = _exp(m, m_new, finite)
         total = total * rescale + jnp.sum(p, axis=-1, keepdims=True)
-        return m_new, total, acc * rescale + product(PV, p, v_blk, v.dtype)
+        acc = acc * rescale + product(PV, b.masking.visible(p, keep), v_blk, v.dtype)
+        return m_new, total, acc, b.masking.seen(keep, seen)
 
     # the first key block starts the stats (no zero-filled carry: it would lose the rows' sharding)
     p = _exp(s, m, finite)
-    first = (m, jnp.sum(p, axis=-1, keepdims=True), product(PV, p, v_blk, v.dtype))
-    m, total, acc = lax.fori_loop(1, steps, step, first)
-    return acc / total, m, total  # a fully masked row: 0 / 0 = NaN, as in naive softmax
+    pv = product(PV, b.masking.visible(p, keep), v_blk, v.dtype)
+    first = (m, jnp.sum(p, axis=-1, keepdims=True), pv, b.masking.seen(keep, none_seen))
+    m, total, acc, seen = lax.fori_loop(1, steps, step, first)
+    # a fully masked row: 0 / 0 = NaN, as in naive softmax (0 with zero_masked)
+    return _zeroed(b.masking, acc / total, seen), m, total
+
+
+def _zeroed(masking: Masking, out: Array, seen: Array) -> Array:
+    """With ``zero_masked``, 0 in rows that keep no key (their probabilities are all zeroed)."""
+    return jnp.where(seen, out, 0.0) if masking.zero_masked and (masking.has_mask or masking.causal) else out
 
 
 def _unblock(blocks: Array) -> Array:
@@ -295,7 +322,7 @@ def _backward_block(
     ds = p * (product("...qd,...kd->...qk", gt, v_blk, v.dtype) - delta_t)
     if keep is not None:  # a masked score is the fill, a constant (a fully masked row's NaN stays out)
         ds = jnp.where(keep, ds, 0.0)
-    dv = dv + _unbroadcast(product(KV, p, gt, v.dtype), dv.shape)
+    dv = dv + _unbroadcast(product(KV, b.masking.visible(p, keep), gt, v.dtype), dv.shape)
     dk = dk + _unbroadcast(product(KV, ds, qt, q.dtype), dk.shape)
     dq = _add_block(dq, product(PV, ds, block(k, cols, b.bk, -2), k.dtype), {-2: rows})
     if dbias is not None:  # the bias's block: 1 along the axes it broadcasts
@@ -322,7 +349,7 @@ def _bwd(b: Blocks, res: Residuals, g: Array) -> tuple[Array, Array, Array, Opt,
 
     start = (jnp.zeros(q.shape, acc), None if bias is None else jnp.zeros_like(bias))
     (dq, dbias), (dk, dv) = lax.scan(key_block, start, jnp.arange(b.nk))
-    scale = b.masking.scale  # s = scale · q kᵀ
+    scale = b.masking.scale / b.masking.divisor  # s = scale · q kᵀ / divisor
     return (
         (dq * scale).astype(q.dtype),
         (_unblock(dk) * scale).astype(k.dtype),

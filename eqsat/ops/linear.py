@@ -85,7 +85,7 @@ def _bias_in_result_dtype(types: Sequence[TensorType], attrs: dict) -> str | Non
     return None
 
 
-def _matmul(x: Array, y: Array, *, transpose_x: int, transpose_y: int, dtype: str) -> Array:
+def matmul(x: Array, y: Array, *, transpose_x: int, transpose_y: int, dtype: str) -> Array:
     """Transpose flags become the contraction's dims (no transposed copies); batch dims broadcast;
     products accumulate in ``dtype`` (jax's preferred_element_type)."""
     if not (transpose_x or transpose_y):
@@ -96,7 +96,7 @@ def _matmul(x: Array, y: Array, *, transpose_x: int, transpose_y: int, dtype: st
 
 
 def _linear(x: Array, w: Array, b: Array, *, transpose_y: int, act: str, dtype: str) -> Array:
-    return ACTIVATIONS[act](_matmul(x, w, transpose_x=0, transpose_y=transpose_y, dtype=dtype) + b)
+    return ACTIVATIONS[act](matmul(x, w, transpose_x=0, transpose_y=transpose_y, dtype=dtype) + b)
 
 
 _FLAG_X = Attr("transpose_x", "int", 0, (0, 1))
@@ -111,7 +111,7 @@ MATMUL = OpDef(
     "dtype",
     matmul_flops,
     same_dtype=(0, 1),
-    lower=_matmul,
+    lower=matmul,
 )
 LINEAR = OpDef(
     "linear",

@@ -1,4 +1,4 @@
-"""Reductions over one axis (max, sum) and softmax."""
+"""Reductions over one axis (max, sum), softmax and masked softmax."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from eqsat.shapes import EggRule, Shape, ShapeRule
-from eqsat.types import TensorType
+from eqsat.errors import ShapeError
+from eqsat.shapes import EggRule, Shape, ShapeRule, broadcasts_to
+from eqsat.types import FLOAT_DTYPES, TensorType
 
-from .base import AXIS, Attr, OpDef, floats
+from .base import AXIS, RESULT_DTYPE, Attr, Kernel, OpDef, floats
 
 Array = jax.Array
 
@@ -76,4 +77,63 @@ SOFTMAX = OpDef(
     axis_attr="axis",
     check=floats,
     lower=lambda x, *, axis: jax.nn.softmax(x, axis=axis),
+)
+
+
+@dataclass(frozen=True)
+class MaskedSoftmax(ShapeRule):
+    """x's shape; the mask broadcasts to it."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        x, mask = shapes
+        if not broadcasts_to(mask, x):
+            raise ShapeError(f"masked_softmax: mask {mask} does not broadcast to {x}")
+        return x
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        return [("", pattern["s0"])]
+
+
+def _masked_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
+    if types[0].dtype not in FLOAT_DTYPES or attrs["dtype"] not in FLOAT_DTYPES:
+        return f"needs floating-point x and dtype, got {types[0].dtype} and {attrs['dtype']}"
+    return None if types[1].dtype == "bool" else f"mask must be bool, got {types[1].dtype}"
+
+
+def _masked_softmax(x: Array, mask: Array, *, fill: float, zero_masked: int, axis: int, dtype: str) -> Array:
+    """As written: the fill where the mask is false (in x's dtype), cast to ``dtype``, softmax, and the
+    masked probabilities zeroed."""
+    keep = None if isinstance(mask, np.ndarray) and bool(mask.all()) else mask
+    if keep is not None:
+        x = jnp.where(keep, x, jnp.asarray(fill, x.dtype))
+    p = jax.nn.softmax(lax.convert_element_type(x, jnp.dtype(dtype)), axis=axis)
+    return jnp.where(keep, p, jnp.asarray(0, p.dtype)) if zero_masked and keep is not None else p
+
+
+def _masked_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
+    """As written: the fill where masked (unless the mask is a scalar), the softmax, the zeroing."""
+    x, mask = ins
+    passes = (mask.size > 1) * (1 + attrs["zero_masked"])
+    where = Kernel(float(x.size), 2.0 * x.nbytes + mask.nbytes)
+    return [*([where] * passes), Kernel(5.0 * x.size, x.nbytes + out.nbytes)]
+
+
+MASKED_SOFTMAX = OpDef(
+    "masked_softmax",
+    2,
+    "softmax along axis of where(mask, x, fill) cast to dtype (x, mask); zero_masked: the probabilities "
+    "where the mask is false are 0 (a fully masked row gives 0, not the uniform average or NaN)",
+    (
+        Attr("fill", "float", -np.inf),
+        Attr("zero_masked", "int", 0, (0, 1)),
+        AXIS,
+        RESULT_DTYPE,
+    ),
+    MaskedSoftmax(),
+    "dtype",
+    lambda i, o, a: 6.0 * i[0].size,
+    phases=_masked_phases,
+    axis_attr="axis",
+    check=_masked_operands,
+    lower=_masked_softmax,
 )

@@ -1,0 +1,177 @@
+"""Recognition composes: attention and softmax are found through the intermediate forms (the scaled
+product, the masked softmax) however a library spells them — probabilities zeroed after the softmax
+by the same mask, a softmax without the max subtracted, a softmax whose max and sum are taken in
+different layouts (penzai's named axes) — in float32 and bfloat16, batch 1 and more, gradients too;
+and a batch norm after a conv, however it is written, folds into the conv."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqsat
+
+ATTENTION_OPS = ("attention", "flash_attention")
+TOLERANCE = {"float32": 2e-5, "bfloat16": 5e-2}
+
+
+def _qkv_mask(batch: int, dtype: str, seq: int = 12, heads: int = 2, dim: int = 8) -> tuple[jax.Array, ...]:
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(batch, heads, seq, dim)), dtype) for _ in range(3))
+    keep = rng.random((batch, 1, seq, seq)) < 0.7
+    keep[0, :, 5] = False  # a fully masked row
+    return q, k, v, jnp.asarray(keep)
+
+
+def zeroed_after_softmax(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """The masked softmax that never gives NaN: the same mask zeroes the probabilities after it."""
+    scores = jnp.where(mask, q @ jnp.swapaxes(k, -1, -2) / jnp.sqrt(q.shape[-1]).astype(q.dtype), -jnp.inf)
+    return jnp.where(mask, jax.nn.softmax(scores), 0) @ v
+
+
+def unshifted_softmax(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Softmax as some kernels' reference programs write it: exp(s) / sum(exp(s)), no max."""
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125
+    e = jnp.exp(scores)
+    return (e / jnp.sum(e, axis=-1, keepdims=True)) @ v
+
+
+def _attention(program: eqsat.Program) -> list:
+    return [op for op in program.live_ops() if op.name in ATTENTION_OPS]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("fn", [zeroed_after_softmax, unshifted_softmax])
+def test_attention_idiom_is_one_op_and_matches_jax(fn, batch, dtype):
+    args = _qkv_mask(batch, dtype)
+    optimized = eqsat.jit(fn)
+    got, want = optimized(*args), jax.jit(fn)(*args)
+    tol = TOLERANCE[dtype]
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+    (result,) = optimized.results.values()
+    (op,) = _attention(result.program)
+    assert op.attrs["zero_masked"] == (fn is zeroed_after_softmax), op.attrs
+
+
+@pytest.mark.parametrize("fn", [zeroed_after_softmax, unshifted_softmax])
+def test_attention_idiom_gradients_match_jax(fn):
+    q, k, v, mask = _qkv_mask(2, "float32")
+    mask = mask | jnp.eye(mask.shape[-1], dtype=bool)  # autodiff of the program is NaN in an empty row
+
+    def loss(q, k, v):
+        return jnp.mean(jnp.square(fn(q, k, v, mask)))
+
+    got = jax.jit(jax.value_and_grad(eqsat.jit(loss), argnums=(0, 1, 2)))(q, k, v)
+    want = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-6)
+
+
+def test_keras_masked_softmax_layer_is_one_zeroed_masked_softmax():
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    import keras
+
+    layer = keras.layers.Softmax(axis=-1)
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(2, 5, 7)), jnp.float32)
+    mask = jnp.asarray(np.random.default_rng(2).random((2, 5, 7)) < 0.6).at[0, 1].set(False)
+
+    def f(x: jax.Array, mask: jax.Array) -> jax.Array:
+        return layer(x, mask=mask)
+
+    optimized = eqsat.jit(f)
+    np.testing.assert_allclose(np.asarray(optimized(x, mask)), np.asarray(jax.jit(f)(x, mask)), atol=1e-7)
+    (result,) = optimized.results.values()
+    (op,) = [op for op in result.program.live_ops() if op.name == "masked_softmax"]
+    assert op.attrs["zero_masked"] == 1 and op.attrs["fill"] == -1e9, op.attrs
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_penzai_attention_over_named_axes_is_one_op(dtype):
+    """penzai's llama-like attention: named axes lay the scores out as (query, key, batch, heads), its
+    Softmax("kv_seq") maps jax.nn.softmax over the other axes (the max taken over axis 1, the exp
+    and the sum after a transpose puts it last), the mask and its fill (a scalar array) broadcast
+    in that layout."""
+    from penzai import pz
+    from penzai.models.transformer.variants import llamalike_common as llama
+
+    config = llama.LlamalikeTransformerConfig(
+        num_kv_heads=2,
+        query_head_multiplier=1,
+        embedding_dim=32,
+        projection_dim=8,
+        mlp_hidden_dim=64,
+        num_decoder_blocks=1,
+        vocab_size=50,
+        mlp_variant="swiglu",
+        tie_embedder_and_logits=True,
+        parameter_dtype=jnp.dtype(dtype),
+        activation_dtype=jnp.dtype(dtype),
+    )
+    model = llama.build_llamalike_transformer(config, init_base_rng=jax.random.key(0))
+
+    def logits(tokens: jax.Array) -> jax.Array:
+        named = pz.nx.wrap(tokens).tag("batch", "seq")
+        out = model(named, token_positions=pz.nx.arange("seq", tokens.shape[1]))
+        return out.unwrap("batch", "seq", "vocabulary")
+
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 50, (2, 12)), jnp.int32)
+    optimized = eqsat.jit(logits)
+    got, want = optimized(tokens), jax.jit(logits)(tokens)
+    tol = TOLERANCE[dtype]
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+    (result,) = optimized.results.values()
+    counts = result.program.op_counts()
+    assert len(_attention(result.program)) == 1, counts
+    assert not {"softmax", "masked_softmax", "reduce_max", "exp"} & set(counts), counts
+
+
+def _batch_norm_spellings(layout: str) -> dict[str, Any]:
+    """A conv and a batch norm at inference written three ways, the statistics closed over as users
+    hold them: divided by the root, times rsqrt, and precomputed as y * s + t."""
+    rng = np.random.default_rng(3)
+    nchw = layout == "NCHW"
+    w = jnp.asarray(rng.normal(size=(4, 3, 3, 3) if nchw else (3, 3, 3, 4)), jnp.float32)
+    mean, gamma, beta = (jnp.asarray(rng.normal(size=4), jnp.float32) for _ in range(3))
+    var = jnp.asarray(rng.random(4) + 0.5, jnp.float32)
+    dims = ("NCHW", "OIHW", "NCHW") if nchw else ("NHWC", "HWIO", "NHWC")
+
+    def conv(x: jax.Array) -> jax.Array:
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=dims)
+
+    def per_channel(t: jax.Array) -> jax.Array:
+        return t[None, :, None, None] if nchw else t
+
+    s = gamma / jnp.sqrt(var + 1e-5)
+    return {
+        "divided": lambda x: (
+            (conv(x) - per_channel(mean)) / jnp.sqrt(per_channel(var) + 1e-5) * per_channel(gamma)
+            + per_channel(beta)
+        ),
+        "rsqrt": lambda x: (
+            (conv(x) - per_channel(mean)) * jax.lax.rsqrt(per_channel(var) + 1e-5) * per_channel(gamma)
+            + per_channel(beta)
+        ),
+        "precomputed": lambda x: conv(x) * per_channel(s) + per_channel(beta - mean * s),
+    }
+
+
+@pytest.mark.parametrize("spelling", ["divided", "rsqrt", "precomputed"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_batch_norm_in_any_spelling_folds_into_the_conv(layout, spelling):
+    fn = _batch_norm_spellings(layout)[spelling]
+    x = jnp.asarray(np.random.default_rng(4).normal(size=(2, 3, 9, 9) if layout == "NCHW" else (2, 9, 9, 3)))
+    x = x.astype(jnp.float32)
+    optimized = eqsat.jit(fn)
+    np.testing.assert_allclose(np.asarray(optimized(x)), np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-5)
+    (result,) = optimized.results.values()
+    convs = [op for op in result.program.live_ops() if op.name.startswith("conv2d")]
+    assert [op.name for op in convs] == ["conv2d_bias_act"], result.program.op_counts()
+    # what runs on the conv's output is the conv: the statistics went into its weights and bias
+    (conv,) = convs
+    assert not [op for op in result.program.live_ops() if conv.output in op.inputs], result.program
