@@ -45,12 +45,12 @@ CONSTANT_WEIGHT = (
 
 
 def _closure(relation: str, leaves: tuple[str, ...], other: str) -> tuple[str, ...]:
-    """``(relation t)`` for the leaf patterns, and through reshapes, square roots and arithmetic: a
+    """``(relation t)`` for the leaf patterns, and through reshapes, casts, roots and arithmetic: a
     unary op of a term in the relation, a binary op of one (either side) and a term in ``other``."""
     facts = [f"(rule ((= t {leaf})) (({relation} t)) :ruleset {ANALYSIS})" for leaf in leaves]
     facts += [
         f"(rule ((= t {term}) ({relation} a)) (({relation} t)) :ruleset {ANALYSIS})"
-        for term in ("(Reshape a s)", "(Sqrt a)", "(Rsqrt a)")
+        for term in ("(Reshape a s)", "(Cast a s)", "(Sqrt a)", "(Rsqrt a)")
     ]
     facts += [
         f"(rule ((= t ({op} {x} {y})) ({relation} a) ({other} b)) (({relation} t)) :ruleset {ANALYSIS})"

@@ -15,11 +15,16 @@ from .terms import (
     Cast,
     Expand,
     Full,
+    Ge,
+    Gt,
+    Le,
     LogicalAnd,
+    Lt,
     Ne,
     Reshape,
     Select,
     Sqrt,
+    Sub,
     Transpose,
     differ,
     dtype_of,
@@ -144,6 +149,57 @@ RULES += [
             for lhs in (LogicalAnd(TRUE, "c"), LogicalAnd("c", TRUE))
         ),
         _mask_example,
+    ),
+    Rule(
+        "compare-fulls",
+        "a comparison of two scalar constants is the constant True or False (equinox checks n > 0)",
+        tuple(
+            Variant(
+                compare(
+                    Full(shape="(vec-empty)", value="a", dtype="d"),
+                    Full(shape="(vec-empty)", value="b", dtype="d"),
+                ),
+                Full(shape="(vec-empty)", value=float(holds), dtype="bool"),
+                (f"({relation if holds else negated} a b)",),
+            )
+            for compare, relation, negated in (
+                (Gt, ">", "<="),
+                (Lt, "<", ">="),
+                (Ge, ">=", "<"),
+                (Le, "<=", ">"),
+            )
+            for holds in (True, False)
+        ),
+        lambda rng: {
+            "a": float(rng.choice([0.0, 16.0])),
+            "b": float(rng.choice([0.0, 16.0])),
+            "d": "float32",
+        },
+    ),
+    Rule(
+        "select-constant",
+        "where(True, x, y) is x, where(False, x, y) is y (a scalar condition)",
+        tuple(
+            Variant(
+                Select(Full(shape="(vec-empty)", value=float(v), dtype="bool"), "x", "y"), "x" if v else "y"
+            )
+            for v in (True, False)
+        ),
+        lambda rng: (lambda shape: {"x": TensorType(shape, "float32"), "y": TensorType(shape, "float32")})(
+            rand_shape(rng, 2)
+        ),
+    ),
+    Rule(
+        "sub-zero",
+        "x - 0 is x (for floats too: -0.0 - 0.0 is -0.0), the zeros of any shape x broadcasts over",
+        (
+            Variant(
+                Sub("x", Full(shape="s", value=0.0, dtype="d")),
+                "x",
+                (equal(shape_of("x"), shape_of(Sub("x", Full(shape="s", value=0.0, dtype="d")))),),
+            ),
+        ),
+        lambda rng: {"x": TensorType(rand_shape(rng, 2), "float32"), "s": (1, 1), "d": "float32"},
     ),
     Rule(
         "add-int-zero",

@@ -1,18 +1,27 @@
-"""Normalizations in any spelling, by small steps to a per-channel affine ``y * s + t`` (s and t
-computed from parameters only), which folds into the conv before it: its weights scaled per output
-channel (``per-channel-scale-into-conv``), t its bias (``conv-bias-epilogue``). A batch norm written
-``(y - mean) / sqrt(var + eps) * gamma + beta``, with ``rsqrt``, or precomputed as ``y * s + t`` all
-reach it: a division by a square root is a product by its reciprocal root, constant factors gather,
-a constant factor distributes over a constant offset, constant offsets gather.
+"""Normalizations in any spelling.
 
-Every step is guarded by the analysis's ``parameter-value`` (computed from leaves only, at least one a
-parameter: its arithmetic is done once, where XLA folds constants; products of literals alone are the
-``algebra`` rules', which bound their magnitude) and by float32/float64 (regrouping rounds
-differently); none is exact in IEEE arithmetic.
+Layer norm and RMS norm over the last axis become the ops ``layer_norm`` and ``rms_norm`` (exact: each
+computes as its expansion), through ``reduce_mean`` (a sum times 1/n, exactly, or divided by n): the
+core ``x * rsqrt(mean(x²) + eps)`` or ``(x - mean) * rsqrt(var + eps)`` in either order, then a vector
+along the last axis multiplied (the scale) or added (the bias). An RMS norm's scale then moves into the
+constant weights of the matmul after it.
+
+A batch norm's affine part, in any spelling, reaches a per-channel ``y * s + t`` (s and t computed from
+parameters), which folds into the conv before it: its weights scaled per output channel
+(``per-channel-scale-into-conv``), t its bias (``conv-bias-epilogue``). ``(y - mean) / sqrt(var + eps) *
+gamma + beta``, with ``rsqrt``, or precomputed as ``y * s + t`` all reach it: a division by a square
+root is a product by its reciprocal root, constant factors gather, a constant factor distributes over a
+constant offset, constant offsets gather.
+
+The regrouping steps are guarded by the analysis's ``parameter-value`` (computed from leaves only, at
+least one a parameter: its arithmetic is done once, where XLA folds constants; products of literals
+alone are the ``algebra`` rules', which bound their magnitude) and by float32/float64 (regrouping
+rounds differently); none of them is exact in IEEE arithmetic.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from eqsat.egraph import PARAMETER_VALUE
@@ -24,13 +33,23 @@ from .terms import (
     Add,
     Conv2d,
     Div,
+    Full,
+    LayerNorm,
+    Linear,
+    Matmul,
+    Maximum,
     Mul,
+    ReduceMean,
+    ReduceSum,
     Reshape,
+    RmsNorm,
     Rsqrt,
+    Scale,
     Sqrt,
     Sub,
     dtype_of,
     equal,
+    float_dtype,
     parameter_value,
     shape_of,
     vec,
@@ -106,7 +125,187 @@ def _conv_example(rng: Any) -> dict[str, Any]:
     }
 
 
+_N = f"(vec-get {shape_of('x')} a)"  # the length of the reduced axis
+_MEAN_GUARD = (float_dtype(dtype_of("x")),)
+
+
+def _rms_core(keep: bool) -> tuple[Variant, ...]:
+    """x * rsqrt(mean(x², last axis) + eps), either order: the mean reduced without the axis and the
+    root reshaped back (as the layout pass leaves it), or keeping the axis."""
+    mean = ReduceMean(Mul("x", "x"), axis="a", keepdim=int(keep))
+    root = Rsqrt(Add(mean, Full(shape="(vec-empty)", value="eps", dtype="d")))
+    root = root if keep else Reshape(root, shape="s")
+    one = Full(shape="(vec-empty)", value=1.0, dtype="d")
+    guards = (
+        equal("a", f"(- (vec-length {shape_of('x')}) 1)"),
+        equal("d", dtype_of("x")),
+        *(() if keep else (equal("s", f"(vec-set {shape_of('x')} a 1)"),)),
+    )
+    return tuple(
+        Variant(lhs, RmsNorm("x", one, epsilon="eps"), guards) for lhs in (Mul("x", root), Mul(root, "x"))
+    )
+
+
+ONE = Full(shape="(vec-empty)", value=1.0, dtype="d")
+ZERO = Full(shape="(vec-empty)", value=0.0, dtype="d")
+
+
+def _along_last(op: Any, norm: str, normalized: Callable[[str], str]) -> tuple[Variant, ...]:
+    """``op(norm, g)``, either order, g a vector of x's last axis (plain, or reshaped to broadcast),
+    is ``normalized(g)``."""
+    n = f"(vec-get {shape_of('x')} (- (vec-length {shape_of('x')}) 1))"
+    out = []
+    for g in ("g", Reshape("g", shape="sg")):
+        for lhs in (op(norm, g), op(g, norm)):
+            guards = (equal(shape_of("g"), vec([n])), equal(shape_of(lhs), shape_of("x")))
+            out.append(Variant(lhs, normalized("g"), guards))
+    return tuple(out)
+
+
+def _layer(scale: str, bias: str) -> str:
+    """layer_norm(x, scale, bias) with its epsilon and variance kind as variables (ONE, ZERO: 1, 0)."""
+    named = {"ONE": ONE, "ZERO": ZERO}
+    return LayerNorm("x", named.get(scale, scale), named.get(bias, bias), epsilon="eps", fast_variance="fv")
+
+
+def _layer_core(fast: bool) -> tuple[Variant, ...]:
+    """(x - mean) * rsqrt(var + eps), either order, the statistics reduced without the last axis and
+    reshaped back: var = mean((x - mean)²), or max(0, mean(x²) - mean²) (flax's fast variance)."""
+    mean = ReduceMean("x", axis="a")
+    centered = Sub("x", Reshape(mean, shape="s"))
+    if fast:
+        var = Maximum(ZERO, Sub(ReduceMean(Mul("x", "x"), axis="a"), Mul(mean, mean)))
+    else:
+        var = ReduceMean(Mul(centered, centered), axis="a")
+    root = Reshape(Rsqrt(Add(var, Full(shape="(vec-empty)", value="eps", dtype="d"))), shape="s")
+    guards = (
+        equal("a", f"(- (vec-length {shape_of('x')}) 1)"),
+        equal("d", dtype_of("x")),
+        equal("s", f"(vec-set {shape_of('x')} a 1)"),
+    )
+    norm = LayerNorm("x", ONE, ZERO, epsilon="eps", fast_variance=int(fast))
+    return tuple(Variant(lhs, norm, guards) for lhs in (Mul(centered, root), Mul(root, centered)))
+
+
+def _rms_into_matmul() -> tuple[Variant, ...]:
+    """rms_norm(x, g) @ w is rms_norm(x, 1) @ (g[:, None] * w) (or w * g[None, :] for a transposed
+    w): the scale moves into constant weights; for matmul and linear."""
+    norm, bare = RmsNorm("x", "g", epsilon="eps"), RmsNorm("x", ONE, epsilon="eps")
+    out = []
+    for ty, column in ((0, vec(["n", 1])), (1, vec([1, "n"]))):
+        scaled = Mul(Reshape("g", shape=column), "w") if ty == 0 else Mul("w", Reshape("g", shape=column))
+        guards = (
+            equal("sv", shape_of("g")),
+            equal("(vec-length sv)", 1),
+            equal("n", "(vec-get sv 0)"),
+            equal(f"(vec-length {shape_of('w')})", 2),
+            wide_float(dtype_of("x")),
+            parameter_value("g"),
+            parameter_value("w"),
+        )
+        out.append(
+            Variant(
+                Matmul(norm, "w", transpose_y=ty, dtype="d"),
+                Matmul(bare, scaled, transpose_y=ty, dtype="d"),
+                guards,
+            )
+        )
+        out.append(
+            Variant(
+                Linear(norm, "w", "b", transpose_y=ty, act="act", dtype="d"),
+                Linear(bare, scaled, "b", transpose_y=ty, act="act", dtype="d"),
+                guards,
+            )
+        )
+    return tuple(out)
+
+
+def _norm_example(rng: Any) -> dict[str, Any]:
+    """x of rank 2-4 and the vectors, shapes and constants the normalization rules bind."""
+    shape = rand_shape(rng, int(rng.integers(2, 5)))
+    n, m = shape[-1], int(rng.integers(1, 5))
+    return {
+        "x": TensorType(shape, F32),
+        "a": len(shape) - 1,
+        "s": (*shape[:-1], 1),
+        "sg": (1,) * (len(shape) - 1) + (n,),
+        "g": TensorType((n,), F32),
+        "w": TensorType((n, m), F32),
+        "b": TensorType((m,), F32),
+        "eps": 1e-5,
+        "d": F32,
+        "c": 1.0 / shape[-1],
+        "nf": float(shape[-1]),
+        "act": "none",
+    }
+
+
 RULES = [
+    Rule(
+        "mean-of-sum",
+        "a sum times 1/n (exactly) or divided by n, n the summed axis's length, is the mean",
+        (
+            Variant(
+                Mul(ReduceSum("x", axis="a", keepdim="k"), Full(shape="(vec-empty)", value="c", dtype="d")),
+                ReduceMean("x", axis="a", keepdim="k"),
+                (*_MEAN_GUARD, f"(= (* c (to-f64 {_N})) 1.0)"),
+            ),
+            Variant(
+                Scale(ReduceSum("x", axis="a", keepdim="k"), scale="c"),
+                ReduceMean("x", axis="a", keepdim="k"),
+                (*_MEAN_GUARD, f"(= (* c (to-f64 {_N})) 1.0)"),
+            ),
+            Variant(
+                Div(ReduceSum("x", axis="a", keepdim="k"), Full(shape="(vec-empty)", value="nf", dtype="d")),
+                ReduceMean("x", axis="a", keepdim="k"),
+                (*_MEAN_GUARD, f"(= nf (to-f64 {_N}))"),
+            ),
+        ),
+        lambda rng: {**_norm_example(rng), "k": int(rng.integers(0, 2))},
+    ),
+    Rule(
+        "rms-norm",
+        "x * rsqrt(mean(x², last axis) + eps), either order, is rms_norm(x) (its scale 1)",
+        (*_rms_core(keep=False), *_rms_core(keep=True)),
+        _norm_example,
+    ),
+    Rule(
+        "rms-norm-scale",
+        "rms_norm(x, 1) times a vector along x's last axis is rms_norm(x) with that scale",
+        _along_last(Mul, RmsNorm("x", ONE, epsilon="eps"), lambda g: RmsNorm("x", g, epsilon="eps")),
+        _norm_example,
+    ),
+    Rule(
+        "max-zero-of-mean-square",
+        "max(0, mean(y * y)) is mean(y * y): a mean of squares is not negative (NaN stays NaN)",
+        (Variant(Maximum(ZERO, ReduceMean(Mul("y", "y"), axis="a")), ReduceMean(Mul("y", "y"), axis="a")),),
+        lambda rng: (lambda ex: {**ex, "y": ex["x"]})(_norm_example(rng)),
+    ),
+    Rule(
+        "layer-norm",
+        "(x - mean) * rsqrt(variance + eps) over the last axis, either order, is layer_norm(x) (scale 1, "
+        "bias 0), the variance two-pass or flax's fast max(0, E[x²] - E[x]²)",
+        (*_layer_core(fast=False), *_layer_core(fast=True)),
+        _norm_example,
+    ),
+    Rule(
+        "layer-norm-affine",
+        "layer_norm(x) times a vector along the last axis is its scale; plus one, its bias",
+        (
+            *_along_last(Mul, _layer("ONE", "ZERO"), lambda g: _layer(g, "ZERO")),
+            *_along_last(Add, _layer("h", "ZERO"), lambda g: _layer("h", g)),
+        ),
+        lambda rng: {**_norm_example(rng), "h": _norm_example(rng)["g"], "fv": int(rng.integers(0, 2))},
+    ),
+    Rule(
+        "rms-norm-scale-into-matmul",
+        "rms_norm(x, g) @ w is rms_norm(x) @ (g[:, None] * w): the scale moves into the constant weights "
+        "(as the superoptimizers' RMSNorm + matmul programs do)",
+        _rms_into_matmul(),
+        _norm_example,
+        prelude=PARAMETER_VALUE,
+        exact=False,
+    ),
     Rule(
         "div-by-sqrt-is-rsqrt",
         "y / sqrt(u) is y * rsqrt(u) (rsqrt is finite for every positive u, so no new overflow)",
@@ -126,6 +325,24 @@ RULES = [
         "(y * c1) * c2 is y * (c1 * c2) where c1 and c2 are constants: their product is computed once",
         (_regroup(Mul, Mul, Mul("y", Mul("c1", "c2"))),),
         _example,
+        prelude=PARAMETER_VALUE,
+        exact=False,
+    ),
+    Rule(
+        "constant-factor-outward",
+        "y * (z * c) is (y * z) * c for a constant c (flax multiplies the scale into the root first)",
+        (
+            Variant(
+                Mul("y", Mul("z", "c2")),
+                Mul(Mul("y", "z"), "c2"),
+                (
+                    wide_float(dtype_of("y")),
+                    parameter_value("c2"),
+                    equal(shape_of(Mul("z", "c2")), shape_of("y")),
+                ),
+            ),
+        ),
+        lambda rng: (lambda ex: {**ex, "z": ex["y"]})(_example(rng)),
         prelude=PARAMETER_VALUE,
         exact=False,
     ),

@@ -2,10 +2,12 @@
 product, the masked softmax) however a library spells them — probabilities zeroed after the softmax
 by the same mask, a softmax without the max subtracted, a softmax whose max and sum are taken in
 different layouts (penzai's named axes) — in float32 and bfloat16, batch 1 and more, gradients too;
-and a batch norm after a conv, however it is written, folds into the conv."""
+a batch norm after a conv, however it is written, folds into the conv; layer norm and RMS norm as
+flax, equinox, Keras and a reference implementation write them are one op each."""
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -175,3 +177,80 @@ def test_batch_norm_in_any_spelling_folds_into_the_conv(layout, spelling):
     # what runs on the conv's output is the conv: the statistics went into its weights and bias
     (conv,) = convs
     assert not [op for op in result.program.live_ops() if conv.output in op.inputs], result.program
+
+
+def _norms(dtype: str) -> dict[str, Any]:
+    """Layer norm and RMS norm as libraries write them, in ``dtype``, over a last axis of 16."""
+    import equinox as eqx
+    import flax.linen as nn
+
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    import keras
+
+    dt = jnp.dtype(dtype)
+    rng = np.random.default_rng(6)
+    scale = jnp.asarray(rng.normal(size=16), dt)
+    layers = {
+        "flax-layer": nn.LayerNorm(dtype=dt, param_dtype=dt),
+        "flax-rms": nn.RMSNorm(dtype=dt, param_dtype=dt),
+    }
+    x0 = jnp.zeros((2, 16), dt)
+    params = {k: m.init(jax.random.key(0), x0) for k, m in layers.items()}
+    eqx_layer = jax.tree_util.tree_map(lambda a: a.astype(dt), eqx.nn.LayerNorm(16))
+    eqx_rms = jax.tree_util.tree_map(lambda a: a.astype(dt), eqx.nn.RMSNorm(16))
+    keras_rms = keras.layers.RMSNormalization(dtype=dtype)
+    keras_rms.build((2, 5, 16))
+
+    def llama(x: jax.Array) -> jax.Array:  # the reference RMSNorm: statistics in float32
+        xf = x.astype(jnp.float32)
+        return (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6)).astype(x.dtype) * scale
+
+    return {
+        "flax-layer": ("layer_norm", lambda x: layers["flax-layer"].apply(params["flax-layer"], x)),
+        "flax-rms": ("rms_norm", lambda x: layers["flax-rms"].apply(params["flax-rms"], x)),
+        "equinox-layer": ("layer_norm", lambda x: jax.vmap(jax.vmap(eqx_layer))(x)),
+        "equinox-rms": ("rms_norm", lambda x: jax.vmap(jax.vmap(eqx_rms))(x)),
+        "keras-rms": ("rms_norm", lambda x: keras_rms(x)),
+        "llama-rms": ("rms_norm", llama),
+    }
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize(
+    "name", ["flax-layer", "flax-rms", "equinox-layer", "equinox-rms", "keras-rms", "llama-rms"]
+)
+def test_normalization_is_one_canonical_op(name, dtype):
+    op, fn = _norms(dtype)[name]
+    x = jnp.asarray(np.random.default_rng(7).normal(size=(2, 5, 16)), dtype)
+    optimized = eqsat.jit(fn)
+    got, want = optimized(x), jax.jit(fn)(x)
+    tol = TOLERANCE[dtype]
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+    (result,) = optimized.results.values()
+    counts = result.program.op_counts()
+    assert counts.get(op) == 1, counts
+    assert not {"rsqrt", "reduce_sum", "reduce_mean"} & set(counts), counts
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_rms_norm_scale_moves_into_the_matmul_after_it(bias):
+    """RMSNorm then a projection: the norm's scale goes into the projection's constant weights (the
+    superoptimizers' RMSNorm + matmul rewrite), leaving a norm with scale 1."""
+    import flax.linen as nn
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return nn.Dense(8, use_bias=bias)(nn.RMSNorm()(x))
+
+    x = jnp.asarray(np.random.default_rng(8).normal(size=(4, 16)), jnp.float32)
+    model = Block()
+    params = jax.tree_util.tree_map(
+        lambda a: a + jnp.linspace(0.5, 1.5, a.size).reshape(a.shape), model.init(jax.random.key(0), x)
+    )
+    fn = functools.partial(model.apply, params)
+    optimized = eqsat.jit(fn)
+    np.testing.assert_allclose(np.asarray(optimized(x)), np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-5)
+    (result,) = optimized.results.values()
+    (norm,) = [op for op in result.program.live_ops() if op.name == "rms_norm"]
+    assert norm.inputs[1].type.shape == (), result.program  # the scale is the constant 1
