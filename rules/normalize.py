@@ -187,34 +187,45 @@ def _layer_core(fast: bool) -> tuple[Variant, ...]:
     return tuple(Variant(lhs, norm, guards) for lhs in (Mul(centered, root), Mul(root, centered)))
 
 
+def _scaled_weights(ty: int) -> str:
+    """w with its rows (its columns when transposed: ``transpose_y``) scaled by the vector g."""
+    if ty == 0:
+        return Mul(Reshape("g", shape=vec(["n", 1])), "w")
+    return Mul("w", Reshape("g", shape=vec([1, "n"])))
+
+
+def _weights_guards() -> tuple[str, ...]:
+    """g a vector of n, w a matrix, both computed from parameters."""
+    return (
+        equal("sv", shape_of("g")),
+        equal("(vec-length sv)", 1),
+        equal("n", "(vec-get sv 0)"),
+        equal(f"(vec-length {shape_of('w')})", 2),
+        wide_float(dtype_of("x")),
+        parameter_value("g"),
+        parameter_value("w"),
+    )
+
+
 def _rms_into_matmul() -> tuple[Variant, ...]:
     """rms_norm(x, g) @ w is rms_norm(x, 1) @ (g[:, None] * w) (or w * g[None, :] for a transposed
     w): the scale moves into constant weights; for matmul and linear."""
     norm, bare = RmsNorm("x", "g", epsilon="eps"), RmsNorm("x", ONE, epsilon="eps")
     out = []
-    for ty, column in ((0, vec(["n", 1])), (1, vec([1, "n"]))):
-        scaled = Mul(Reshape("g", shape=column), "w") if ty == 0 else Mul("w", Reshape("g", shape=column))
-        guards = (
-            equal("sv", shape_of("g")),
-            equal("(vec-length sv)", 1),
-            equal("n", "(vec-get sv 0)"),
-            equal(f"(vec-length {shape_of('w')})", 2),
-            wide_float(dtype_of("x")),
-            parameter_value("g"),
-            parameter_value("w"),
-        )
+    for ty in (0, 1):
+        scaled = _scaled_weights(ty)
         out.append(
             Variant(
                 Matmul(norm, "w", transpose_y=ty, dtype="d"),
                 Matmul(bare, scaled, transpose_y=ty, dtype="d"),
-                guards,
+                _weights_guards(),
             )
         )
         out.append(
             Variant(
                 Linear(norm, "w", "b", transpose_y=ty, act="act", dtype="d"),
                 Linear(bare, scaled, "b", transpose_y=ty, act="act", dtype="d"),
-                guards,
+                _weights_guards(),
             )
         )
     return tuple(out)
@@ -230,7 +241,7 @@ def _norm_example(rng: Any) -> dict[str, Any]:
         "s": (*shape[:-1], 1),
         "sg": (1,) * (len(shape) - 1) + (n,),
         "g": TensorType((n,), F32),
-        "w": TensorType((n, m), F32),
+        "w": TensorType((n, m) if rng.integers(2) else (m, n), F32),  # for w or its transpose
         "b": TensorType((m,), F32),
         "eps": 1e-5,
         "d": F32,
@@ -238,6 +249,12 @@ def _norm_example(rng: Any) -> dict[str, Any]:
         "nf": float(shape[-1]),
         "act": "none",
     }
+
+
+def _layer_example(rng: Any) -> dict[str, Any]:
+    """The normalization example with a layer norm's bias h and variance kind."""
+    ex = _norm_example(rng)
+    return {**ex, "h": ex["g"], "fv": int(rng.integers(0, 2))}
 
 
 RULES = [
@@ -295,7 +312,7 @@ RULES = [
             *_along_last(Mul, _layer("ONE", "ZERO"), lambda g: _layer(g, "ZERO")),
             *_along_last(Add, _layer("h", "ZERO"), lambda g: _layer("h", g)),
         ),
-        lambda rng: {**_norm_example(rng), "h": _norm_example(rng)["g"], "fv": int(rng.integers(0, 2))},
+        _layer_example,
     ),
     Rule(
         "rms-norm-scale-into-matmul",

@@ -233,7 +233,7 @@ def test_normalization_is_one_canonical_op(name, dtype):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_rms_norm_scale_moves_into_the_matmul_after_it(bias):
+def test_rms_norm_scale_moves_into_the_projection_after_it(bias):
     """RMSNorm then a projection: the norm's scale goes into the projection's constant weights (the
     superoptimizers' RMSNorm + matmul rewrite), leaving a norm with scale 1."""
     import flax.linen as nn
@@ -252,5 +252,5 @@ def test_rms_norm_scale_moves_into_the_matmul_after_it(bias):
     optimized = eqsat.jit(fn)
     np.testing.assert_allclose(np.asarray(optimized(x)), np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-5)
     (result,) = optimized.results.values()
-    (norm,) = [op for op in result.program.live_ops() if op.name == "rms_norm"]
-    assert norm.inputs[1].type.shape == (), result.program  # the scale is the constant 1
+    (op,) = [op for op in result.program.live_ops() if op.name == "rms_norm"]
+    assert op.inputs[1].type.shape == (), result.program  # the scale is the constant 1
