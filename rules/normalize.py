@@ -125,8 +125,13 @@ def _conv_example(rng: Any) -> dict[str, Any]:
     }
 
 
+ONE = Full(shape="(vec-empty)", value=1.0, dtype="d")
+ZERO = Full(shape="(vec-empty)", value=0.0, dtype="d")
 _N = f"(vec-get {shape_of('x')} a)"  # the length of the reduced axis
 _MEAN_GUARD = (float_dtype(dtype_of("x")),)
+# c is 1/n exactly: n a power of two (else a product by the rounded inverse is not the division, even
+# where c * n rounds to 1)
+_INVERSE = (equal("n", _N), "(= (& n (- n 1)) 0)", "(= (* c (to-f64 n)) 1.0)")
 
 
 def _rms_core(keep: bool) -> tuple[Variant, ...]:
@@ -135,19 +140,14 @@ def _rms_core(keep: bool) -> tuple[Variant, ...]:
     mean = ReduceMean(Mul("x", "x"), axis="a", keepdim=int(keep))
     root = Rsqrt(Add(mean, Full(shape="(vec-empty)", value="eps", dtype="d")))
     root = root if keep else Reshape(root, shape="s")
-    one = Full(shape="(vec-empty)", value=1.0, dtype="d")
     guards = (
         equal("a", f"(- (vec-length {shape_of('x')}) 1)"),
         equal("d", dtype_of("x")),
         *(() if keep else (equal("s", f"(vec-set {shape_of('x')} a 1)"),)),
     )
     return tuple(
-        Variant(lhs, RmsNorm("x", one, epsilon="eps"), guards) for lhs in (Mul("x", root), Mul(root, "x"))
+        Variant(lhs, RmsNorm("x", ONE, epsilon="eps"), guards) for lhs in (Mul("x", root), Mul(root, "x"))
     )
-
-
-ONE = Full(shape="(vec-empty)", value=1.0, dtype="d")
-ZERO = Full(shape="(vec-empty)", value=0.0, dtype="d")
 
 
 def _along_last(op: Any, norm: str, normalized: Callable[[str], str]) -> tuple[Variant, ...]:
@@ -260,17 +260,18 @@ def _layer_example(rng: Any) -> dict[str, Any]:
 RULES = [
     Rule(
         "mean-of-sum",
-        "a sum times 1/n (exactly) or divided by n, n the summed axis's length, is the mean",
+        "a sum times 1/n (n a power of two: exactly) or divided by n, n the summed axis's length, is the "
+        "mean",
         (
             Variant(
                 Mul(ReduceSum("x", axis="a", keepdim="k"), Full(shape="(vec-empty)", value="c", dtype="d")),
                 ReduceMean("x", axis="a", keepdim="k"),
-                (*_MEAN_GUARD, f"(= (* c (to-f64 {_N})) 1.0)"),
+                (*_MEAN_GUARD, *_INVERSE),
             ),
             Variant(
                 Scale(ReduceSum("x", axis="a", keepdim="k"), scale="c"),
                 ReduceMean("x", axis="a", keepdim="k"),
-                (*_MEAN_GUARD, f"(= (* c (to-f64 {_N})) 1.0)"),
+                (*_MEAN_GUARD, *_INVERSE),
             ),
             Variant(
                 Div(ReduceSum("x", axis="a", keepdim="k"), Full(shape="(vec-empty)", value="nf", dtype="d")),

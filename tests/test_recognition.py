@@ -43,6 +43,16 @@ def unshifted_softmax(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array)
     return (e / jnp.sum(e, axis=-1, keepdims=True)) @ v
 
 
+def _matches_jax(fn: Any, args: tuple[Any, ...], dtype: str) -> eqsat.Program:
+    """eqsat.jit(fn)(*args) against jax.jit's within the dtype's tolerance; the optimized program."""
+    optimized = eqsat.jit(fn)
+    got, want = optimized(*args), jax.jit(fn)(*args)
+    tol = TOLERANCE[dtype]
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+    (result,) = optimized.results.values()
+    return result.program
+
+
 def _attention(program: eqsat.Program) -> list:
     return [op for op in program.live_ops() if op.name in ATTENTION_OPS]
 
@@ -51,13 +61,7 @@ def _attention(program: eqsat.Program) -> list:
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("fn", [zeroed_after_softmax, unshifted_softmax])
 def test_attention_idiom_is_one_op_and_matches_jax(fn, batch, dtype):
-    args = _qkv_mask(batch, dtype)
-    optimized = eqsat.jit(fn)
-    got, want = optimized(*args), jax.jit(fn)(*args)
-    tol = TOLERANCE[dtype]
-    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
-    (result,) = optimized.results.values()
-    (op,) = _attention(result.program)
+    (op,) = _attention(_matches_jax(fn, _qkv_mask(batch, dtype), dtype))
     assert op.attrs["zero_masked"] == (fn is zeroed_after_softmax), op.attrs
 
 
@@ -94,7 +98,8 @@ def test_keras_masked_softmax_layer_is_one_zeroed_masked_softmax():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_penzai_attention_over_named_axes_is_one_op(dtype):
+@pytest.mark.parametrize("batch", [1, 3])
+def test_penzai_attention_over_named_axes_is_one_op(batch, dtype):
     """penzai's llama-like attention: named axes lay the scores out as (query, key, batch, heads), its
     Softmax("kv_seq") maps jax.nn.softmax over the other axes (the max taken over axis 1, the exp
     and the sum after a transpose puts it last), the mask and its fill (a scalar array) broadcast
@@ -122,14 +127,10 @@ def test_penzai_attention_over_named_axes_is_one_op(dtype):
         out = model(named, token_positions=pz.nx.arange("seq", tokens.shape[1]))
         return out.unwrap("batch", "seq", "vocabulary")
 
-    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 50, (2, 12)), jnp.int32)
-    optimized = eqsat.jit(logits)
-    got, want = optimized(tokens), jax.jit(logits)(tokens)
-    tol = TOLERANCE[dtype]
-    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
-    (result,) = optimized.results.values()
-    counts = result.program.op_counts()
-    assert len(_attention(result.program)) == 1, counts
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 50, (batch, 12)), jnp.int32)
+    program = _matches_jax(logits, (tokens,), dtype)
+    counts = program.op_counts()
+    assert len(_attention(program)) == 1, counts
     assert not {"softmax", "masked_softmax", "reduce_max", "exp"} & set(counts), counts
 
 
@@ -222,12 +223,7 @@ def _norms(dtype: str) -> dict[str, Any]:
 def test_normalization_is_one_canonical_op(name, dtype):
     op, fn = _norms(dtype)[name]
     x = jnp.asarray(np.random.default_rng(7).normal(size=(2, 5, 16)), dtype)
-    optimized = eqsat.jit(fn)
-    got, want = optimized(x), jax.jit(fn)(x)
-    tol = TOLERANCE[dtype]
-    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
-    (result,) = optimized.results.values()
-    counts = result.program.op_counts()
+    counts = _matches_jax(fn, (x,), dtype).op_counts()
     assert counts.get(op) == 1, counts
     assert not {"rsqrt", "reduce_sum", "reduce_mean"} & set(counts), counts
 
