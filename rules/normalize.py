@@ -134,17 +134,19 @@ _MEAN_GUARD = (float_dtype(dtype_of("x")),)
 _INVERSE = (equal("n", _N), "(= (& n (- n 1)) 0)", "(= (* c (to-f64 n)) 1.0)")
 
 
+def _last_axis(reshaped: bool) -> tuple[str, ...]:
+    """Guards: a is x's last axis, d its dtype, and (``reshaped``) s its shape with that axis 1."""
+    guards = (equal("a", f"(- (vec-length {shape_of('x')}) 1)"), equal("d", dtype_of("x")))
+    return (*guards, equal("s", f"(vec-set {shape_of('x')} a 1)")) if reshaped else guards
+
+
 def _rms_core(keep: bool) -> tuple[Variant, ...]:
     """x * rsqrt(mean(x², last axis) + eps), either order: the mean reduced without the axis and the
     root reshaped back (as the layout pass leaves it), or keeping the axis."""
     mean = ReduceMean(Mul("x", "x"), axis="a", keepdim=int(keep))
     root = Rsqrt(Add(mean, Full(shape="(vec-empty)", value="eps", dtype="d")))
     root = root if keep else Reshape(root, shape="s")
-    guards = (
-        equal("a", f"(- (vec-length {shape_of('x')}) 1)"),
-        equal("d", dtype_of("x")),
-        *(() if keep else (equal("s", f"(vec-set {shape_of('x')} a 1)"),)),
-    )
+    guards = _last_axis(reshaped=not keep)
     return tuple(
         Variant(lhs, RmsNorm("x", ONE, epsilon="eps"), guards) for lhs in (Mul("x", root), Mul(root, "x"))
     )
@@ -178,11 +180,7 @@ def _layer_core(fast: bool) -> tuple[Variant, ...]:
     else:
         var = ReduceMean(Mul(centered, centered), axis="a")
     root = Reshape(Rsqrt(Add(var, Full(shape="(vec-empty)", value="eps", dtype="d"))), shape="s")
-    guards = (
-        equal("a", f"(- (vec-length {shape_of('x')}) 1)"),
-        equal("d", dtype_of("x")),
-        equal("s", f"(vec-set {shape_of('x')} a 1)"),
-    )
+    guards = _last_axis(reshaped=True)
     norm = LayerNorm("x", ONE, ZERO, epsilon="eps", fast_variance=int(fast))
     return tuple(Variant(lhs, norm, guards) for lhs in (Mul(centered, root), Mul(root, centered)))
 

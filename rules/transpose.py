@@ -71,10 +71,16 @@ def _through_binary(op: str) -> Rule:
     )
 
 
+def _past_a(i: str) -> str:
+    """Axis ``i`` of a tensor without axis ``a``, as an axis of the tensor with it: i, or i + 1 from a
+    on."""
+    return f"(+ {i} (min 1 (max 0 (+ (- {i} a) 1))))"
+
+
 def _reduction_out_of_transpose(op: str, r: int) -> Variant:
     """A transpose p of ``op(x, a)`` (which drops axis a of x, rank r) is ``op`` over the last axis of x
     transposed by p (renumbered past a) with a last."""
-    shifted = [f"(+ (vec-get p {i}) (min 1 (max 0 (+ (- (vec-get p {i}) a) 1))))" for i in range(r - 1)]
+    shifted = [_past_a(f"(vec-get p {i})") for i in range(r - 1)]
     reduce = constructor(op)
     return Variant(
         Transpose(reduce("x", axis="a"), perm="p"),
@@ -86,7 +92,7 @@ def _reduction_out_of_transpose(op: str, r: int) -> Variant:
 def _reduction_to_last(op: str, r: int) -> Variant:
     """``op`` over axis a of x (rank r, a not last) is ``op`` over the last axis of x transposed to
     move a last, the other axes in order (the layout a softmax's exp and sum may take it in)."""
-    rest = [f"(+ {i} (min 1 (max 0 (+ (- {i} a) 1))))" for i in range(r - 1)]
+    rest = [_past_a(str(i)) for i in range(r - 1)]
     reduce = constructor(op)
     return Variant(
         reduce("x", axis="a"),
