@@ -250,3 +250,38 @@ def test_rms_norm_scale_moves_into_the_projection_after_it(bias):
     (result,) = optimized.results.values()
     (op,) = [op for op in result.program.live_ops() if op.name == "rms_norm"]
     assert op.inputs[1].type.shape == (), result.program  # the scale is the constant 1
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda b: b.scores(b.input("q", (2, 4, 8)), b.input("k", (2, 5, 3)), b.input("b", ())), "head dim"),
+        (lambda b: b.scores(b.input("q", (4, 8)), b.input("k", (5, 8)), b.input("b", (3, 5))), "broadcast"),
+        (
+            lambda b: b.scores(
+                b.input("q", (4, 8), "int32"), b.input("k", (5, 8), "int32"), b.input("b", (), "int32")
+            ),
+            "floating",
+        ),
+        (
+            lambda b: b.masked_softmax(b.input("x", (4, 8)), b.input("m", (4, 8), "float32"), axis=1),
+            "mask must be bool",
+        ),
+        (
+            lambda b: b.masked_softmax(b.input("x", (4, 8)), b.input("m", (3, 8), "bool"), axis=1),
+            "does not broadcast",
+        ),
+        (lambda b: b.rms_norm(b.input("x", (4, 8)), b.input("g", (4,)), epsilon=1e-6), "must broadcast to"),
+        (
+            lambda b: b.layer_norm(
+                b.input("x", (4, 8)), b.input("g", (8,), "float16"), b.input("h", (8,)), epsilon=1e-6
+            ),
+            "of x's dtype",
+        ),
+        (lambda b: b.reduce_mean(b.input("x", (4, 8), "int32"), axis=1), "floating-point"),
+    ],
+)
+def test_intermediate_and_norm_ops_name_operands_that_do_not_fit(build, message):
+    """The ops recognition introduces refuse operands they cannot hold, with the reason."""
+    with pytest.raises(eqsat.ShapeError, match=message):
+        build(eqsat.Builder())
