@@ -39,6 +39,7 @@ from .terms import (
     Matmul,
     Maximum,
     Mul,
+    Neg,
     ReduceMean,
     ReduceSum,
     Reshape,
@@ -152,12 +153,17 @@ def _rms_core(keep: bool) -> tuple[Variant, ...]:
     )
 
 
+def _vectors(name: str) -> tuple[str, str]:
+    """A vector of x's last axis as written: plain, or reshaped to broadcast (its shape ``s<name>``)."""
+    return name, Reshape(name, shape=f"s{name}")
+
+
 def _along_last(op: Any, norm: str, normalized: Callable[[str], str]) -> tuple[Variant, ...]:
     """``op(norm, g)``, either order, g a vector of x's last axis (plain, or reshaped to broadcast),
     is ``normalized(g)``."""
     n = f"(vec-get {shape_of('x')} (- (vec-length {shape_of('x')}) 1))"
     out = []
-    for g in ("g", Reshape("g", shape="sg")):
+    for g in _vectors("g"):
         for lhs in (op(norm, g), op(g, norm)):
             guards = (equal(shape_of("g"), vec([n])), equal(shape_of(lhs), shape_of("x")))
             out.append(Variant(lhs, normalized("g"), guards))
@@ -170,9 +176,9 @@ def _layer(scale: str, bias: str) -> str:
     return LayerNorm("x", named.get(scale, scale), named.get(bias, bias), epsilon="eps", fast_variance="fv")
 
 
-def _layer_core(fast: bool) -> tuple[Variant, ...]:
-    """(x - mean) * rsqrt(var + eps), either order, the statistics reduced without the last axis and
-    reshaped back: var = mean((x - mean)²), or max(0, mean(x²) - mean²) (flax's fast variance)."""
+def _statistics(fast: bool) -> tuple[str, str, str]:
+    """The mean, x - mean and rsqrt(var + eps) of a layer norm, the statistics reduced without the last
+    axis and reshaped back: var = mean((x - mean)²), or max(0, mean(x²) - mean²) (flax's fast variance)."""
     mean = ReduceMean("x", axis="a")
     centered = Sub("x", Reshape(mean, shape="s"))
     if fast:
@@ -180,9 +186,38 @@ def _layer_core(fast: bool) -> tuple[Variant, ...]:
     else:
         var = ReduceMean(Mul(centered, centered), axis="a")
     root = Reshape(Rsqrt(Add(var, Full(shape="(vec-empty)", value="eps", dtype="d"))), shape="s")
+    return mean, centered, root
+
+
+def _layer_core(fast: bool) -> tuple[Variant, ...]:
+    """(x - mean) * rsqrt(var + eps), either order."""
+    _, centered, root = _statistics(fast)
     guards = _last_axis(reshaped=True)
     norm = LayerNorm("x", ONE, ZERO, epsilon="eps", fast_variance=int(fast))
     return tuple(Variant(lhs, norm, guards) for lhs in (Mul(centered, root), Mul(root, centered)))
+
+
+def _distributed() -> tuple[Variant, ...]:
+    """Keras's order: inv = rsqrt(var + eps) [* g], then x * inv + ((-mean) * inv [+ h]); the scale g
+    and the bias h each present or not, plain or reshaped."""
+    mean, _, root = _statistics(fast=False)
+    n = f"(vec-get {shape_of('x')} a)"
+    out = []
+    for g in (None, *_vectors("g")):
+        inv = root if g is None else Mul(root, g)
+        for h in (None, *_vectors("h")):
+            spread = Mul(Reshape(Neg(mean), shape="s"), inv)
+            lhs = Add(Mul("x", inv), spread if h is None else Add(spread, h))
+            present = [v for v, term in (("g", g), ("h", h)) if term is not None]
+            guards = (
+                *_last_axis(reshaped=True),
+                equal(shape_of(lhs), shape_of("x")),
+                *(equal(shape_of(v), vec([n])) for v in present),
+            )
+            scale, bias = ("g" if g else ONE), ("h" if h else ZERO)
+            norm = LayerNorm("x", scale, bias, epsilon="eps", distributed=1)
+            out.append(Variant(lhs, norm, guards))
+    return tuple(out)
 
 
 def _scaled_weights(ty: int) -> str:
@@ -252,7 +287,7 @@ def _norm_example(rng: Any) -> dict[str, Any]:
 def _layer_example(rng: Any) -> dict[str, Any]:
     """The normalization example with a layer norm's bias h and variance kind."""
     ex = _norm_example(rng)
-    return {**ex, "h": ex["g"], "fv": int(rng.integers(0, 2))}
+    return {**ex, "h": ex["g"], "sh": ex["sg"], "fv": int(rng.integers(0, 2))}
 
 
 RULES = [
@@ -311,6 +346,13 @@ RULES = [
             *_along_last(Mul, _layer("ONE", "ZERO"), lambda g: _layer(g, "ZERO")),
             *_along_last(Add, _layer("h", "ZERO"), lambda g: _layer("h", g)),
         ),
+        _layer_example,
+    ),
+    Rule(
+        "layer-norm-distributed",
+        "x * inv + (-mean * inv + bias), inv = rsqrt(variance + eps) * scale, is layer_norm in Keras's "
+        "order (scale and bias each optional)",
+        _distributed(),
         _layer_example,
     ),
     Rule(

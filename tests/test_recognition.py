@@ -201,6 +201,10 @@ def _norms(dtype: str) -> dict[str, Any]:
     eqx_rms = jax.tree_util.tree_map(lambda a: a.astype(dt), eqx.nn.RMSNorm(16))
     keras_rms = keras.layers.RMSNormalization(dtype=dtype)
     keras_rms.build((2, 5, 16))
+    keras_layer = keras.layers.LayerNormalization(dtype=dtype)
+    keras_layer.build((2, 5, 16))
+    keras_layer.gamma.assign(np.linspace(0.5, 1.5, 16))
+    keras_layer.beta.assign(np.linspace(-1.0, 1.0, 16))
 
     def llama(x: jax.Array) -> jax.Array:  # the reference RMSNorm: statistics in float32
         xf = x.astype(jnp.float32)
@@ -212,13 +216,15 @@ def _norms(dtype: str) -> dict[str, Any]:
         "equinox-layer": ("layer_norm", lambda x: jax.vmap(jax.vmap(eqx_layer))(x)),
         "equinox-rms": ("rms_norm", lambda x: jax.vmap(jax.vmap(eqx_rms))(x)),
         "keras-rms": ("rms_norm", lambda x: keras_rms(x)),
+        "keras-layer": ("layer_norm", lambda x: keras_layer(x)),
         "llama-rms": ("rms_norm", llama),
     }
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize(
-    "name", ["flax-layer", "flax-rms", "equinox-layer", "equinox-rms", "keras-rms", "llama-rms"]
+    "name",
+    ["flax-layer", "flax-rms", "equinox-layer", "equinox-rms", "keras-rms", "keras-layer", "llama-rms"],
 )
 def test_normalization_is_one_canonical_op(name, dtype):
     op, fn = _norms(dtype)[name]

@@ -77,12 +77,19 @@ def _scaled(y: Array, scale: Array) -> Array:
     return y if isinstance(scale, np.ndarray) and bool((scale == 1).all()) else y * scale
 
 
+def _biased(y: Array, bias: Array) -> Array:
+    """y plus the bias, unless the bias is known to be all zeros."""
+    return y if isinstance(bias, np.ndarray) and not bias.any() else y + bias
+
+
 def _rms_norm(x: Array, scale: Array, *, epsilon: float) -> Array:
     mean_square = _mean(x * x, x.ndim - 1, True)
     return _scaled(x * lax.rsqrt(mean_square + jnp.asarray(epsilon, x.dtype)), scale)
 
 
-def _layer_norm(x: Array, scale: Array, bias: Array, *, epsilon: float, fast_variance: int) -> Array:
+def _layer_norm(
+    x: Array, scale: Array, bias: Array, *, epsilon: float, fast_variance: int, distributed: int
+) -> Array:
     axis = x.ndim - 1
     mean = _mean(x, axis, True)
     centered = x - mean
@@ -90,8 +97,11 @@ def _layer_norm(x: Array, scale: Array, bias: Array, *, epsilon: float, fast_var
         variance = jnp.maximum(jnp.asarray(0, x.dtype), _mean(x * x, axis, True) - mean * mean)
     else:
         variance = _mean(centered * centered, axis, True)
-    y = _scaled(centered * lax.rsqrt(variance + jnp.asarray(epsilon, x.dtype)), scale)
-    return y if isinstance(bias, np.ndarray) and not bias.any() else y + bias
+    root = lax.rsqrt(variance + jnp.asarray(epsilon, x.dtype))
+    if distributed:  # Keras's order: x * inv + (-mean * inv + bias), inv = root * scale
+        inv = _scaled(root, scale)
+        return x * inv + _biased(-mean * inv, bias)
+    return _biased(_scaled(centered * root, scale), bias)
 
 
 def _norm_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
@@ -120,8 +130,10 @@ NORMS = [
         "layer_norm",
         3,
         "(x - mean) * rsqrt(variance + epsilon) * scale + bias over the last axis (x, scale, bias), in "
-        "x's dtype; the variance is mean((x - mean)²), or with fast_variance max(0, mean(x²) - mean²)",
-        (_EPSILON, Attr("fast_variance", "int", 0, (0, 1))),
+        "x's dtype; the variance is mean((x - mean)²), or with fast_variance max(0, mean(x²) - mean²); "
+        "distributed: x * inv + (-mean * inv + bias), inv = rsqrt(variance + epsilon) * scale (Keras's "
+        "order of the same operations)",
+        (_EPSILON, Attr("fast_variance", "int", 0, (0, 1)), Attr("distributed", "int", 0, (0, 1))),
         LastAxisNorm(),
         phases=_norm_phases,
         check=_same_dtypes,
