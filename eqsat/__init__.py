@@ -1,6 +1,7 @@
 """eqsat: optimize tensor programs by equality saturation (egglog), run them with JAX."""
 
 from eqsat.api import OptimizeResult, Report, optimize
+from eqsat.config import config
 from eqsat.cost import CostModel, Flops, NodeCount, Roofline
 from eqsat.errors import (
     EqsatError,
@@ -41,6 +42,7 @@ __all__ = [
     "UnsoundRuleError",
     "UnsupportedError",
     "Value",
+    "config",
     "equivalent",
     "from_jax",
     "jit",

@@ -5,15 +5,17 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 import jax
 import numpy as np
 
+from eqsat.cache import ProgramCache, bind, optimization_key, uncacheable
+from eqsat.config import config
 from eqsat.cost import CostModel, get_cost_model
-from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog
+from eqsat.egraph import REWRITES, Encoding, Serialized, decode, encode, extract_with_egglog
 from eqsat.errors import ShapeError
 from eqsat.extract import TIE_BREAK, greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
@@ -36,6 +38,21 @@ class Report:
     timings: dict[str, float] = field(default_factory=dict)
     note: str = ""
     extractor: str = ""
+    cache: str = ""  # "hit", "stored", "off", or why the result is not cached
+
+    def to_json(self) -> dict[str, Any]:
+        """What a cache entry keeps of this report (the timings are the process's own)."""
+        fields = ("cost_model", "cost_before", "cost_after", "note", "extractor")
+        return {"saturation": asdict(self.saturation), **{k: getattr(self, k) for k in fields}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], timings: dict[str, float]) -> Report:
+        sat = data["saturation"]
+        saturation = SaturationReport(
+            [Iteration(**it) for it in sat["iterations"]], sat["stop_reason"], sat["seconds"]
+        )
+        fields = ("cost_model", "cost_before", "cost_after", "note", "extractor")
+        return cls(saturation, **{k: data[k] for k in fields}, timings=timings, cache="hit")
 
     @property
     def stop_reason(self) -> str:
@@ -62,6 +79,8 @@ class Report:
         ]
         if self.note:
             lines.append(f"note: {self.note}")
+        if self.cache:
+            lines.append(f"cache: {self.cache}")
         return "\n".join(lines)
 
 
@@ -86,7 +105,12 @@ class OptimizeResult:
 
         if what == "egraph":
             if self.egraph is None:
-                raise ValueError("this result kept no e-graph")
+                why = (
+                    " (it was loaded from the cache: optimize with cache=False)"
+                    if self.report.cache == "hit"
+                    else ""
+                )
+                raise ValueError(f"this result kept no e-graph{why}")
             start = (
                 [self.outputs[around]] if isinstance(around, int) else None if around is None else [around]
             )
@@ -154,6 +178,7 @@ def optimize(
     progress: Callable[[Iteration], None] | None = None,
     verify: bool = False,
     extractor: str = "auto",
+    cache: bool | None = None,
 ) -> OptimizeResult:
     """Saturate ``program`` with ``rules`` (all by default; or themes/names), extract the cheapest under
     ``cost`` and return it. Within ``limits``, the best program found so far is returned; if that is
@@ -161,22 +186,20 @@ def optimize(
     random inputs and a difference raises :class:`eqsat.MiscompileError`. ``extractor``: ``greedy``,
     ``ilp`` (exact, HiGHS, warm-started from greedy, best found within ``limits.ilp_timeout_s``),
     ``auto`` (ILP up to 5000 e-nodes), or ``egglog`` (egglog's own tree extraction, as a reference).
+    ``cache``: reuse the result of an earlier process that optimized the same program the same way
+    (see ``eqsat.cache``; default ``eqsat.config.enable_cache``); ``report.cache`` says what happened.
     """
     if extractor not in EXTRACTORS:
         raise ValueError(f"unknown extractor {extractor!r} ({', '.join(EXTRACTORS)})")
     model = get_cost_model(cost)
     chosen = resolve(rules)
     limits = limits or Limits()
-    source = program
-    program = _with_bodies_optimized(
-        program, lambda body: optimize(body, chosen, model, limits, extractor=extractor).program
-    )
-    repeats = find_repeats(program)
-    if repeats is not None:
-        result = _optimize_repeats(repeats, chosen, model, limits, progress, extractor)
-    else:
-        result = _optimize_whole(program, chosen, model, limits, progress, extractor)
-    result.original = source
+    key, status = _cache_key(program, chosen, model, limits, extractor, cache)
+    result = _cached(key, program) if key else None
+    if result is None:
+        result = _optimized(program, chosen, model, limits, progress, extractor)
+        result.report.cache = _store(key, result, program) if key else status
+    result.original = program
     result.options = {
         "rules": chosen,
         "cost": model,
@@ -191,6 +214,71 @@ def optimize(
         validate(result.original, result.program, rules_fired=sorted(result.report.rules_fired))
         result.report.timings["verify"] = time.perf_counter() - t
     return result
+
+
+def _optimized(
+    program: Program,
+    chosen: list[Rule],
+    model: CostModel,
+    limits: Limits,
+    progress: Callable[[Iteration], None] | None,
+    extractor: str,
+) -> OptimizeResult:
+    """Saturate and extract: control-flow bodies each on their own, a repeated block once."""
+    program = _with_bodies_optimized(
+        program, lambda body: optimize(body, chosen, model, limits, extractor=extractor, cache=False).program
+    )
+    repeats = find_repeats(program)
+    if repeats is not None:
+        return _optimize_repeats(repeats, chosen, model, limits, progress, extractor)
+    return _optimize_whole(program, chosen, model, limits, progress, extractor)
+
+
+def _cache_key(
+    program: Program, rules: list[Rule], model: CostModel, limits: Limits, extractor: str, cache: bool | None
+) -> tuple[str | None, str]:
+    """The cache key of this optimization, or None and why it is not cached."""
+    if not (config.enable_cache if cache is None else cache):
+        return None, "off"
+    why = uncacheable(program)
+    fingerprint = model.fingerprint()
+    if fingerprint is None:
+        why = f"the cost model {model.name!r} has no fingerprint"
+    if why:
+        return None, f"not cached: {why}"
+    rules_text = [f"{r.name} {r.exact}\n" + "\n".join([*r.prelude, *r.egglog(REWRITES)]) for r in rules]
+    return optimization_key(program, [*rules_text, fingerprint, repr(limits), extractor]), "stored"
+
+
+def _store(key: str, result: OptimizeResult, program: Program) -> str:
+    """Keep ``result`` of optimizing ``program`` under ``key``, unless optimization failed or its
+    text does not read back."""
+    if result.report.stop_reason == "error":
+        return "not cached: optimization failed"
+    text = str(result.program)
+    try:
+        bind(text, program)
+    except ValueError as e:
+        return f"not cached: {e}"
+    ProgramCache().put(key, {"program": text, "report": result.report.to_json()})
+    return "stored"
+
+
+def _cached(key: str, program: Program) -> OptimizeResult | None:
+    """The result stored under ``key``, bound to ``program``'s weights; None if there is none usable."""
+    t = time.perf_counter()
+    store = ProgramCache()
+    entry = store.get(key)
+    if entry is None:
+        return None
+    try:
+        best = bind(entry["program"], program)
+        report = Report.from_json(entry["report"], {})
+    except (KeyError, TypeError, ValueError) as e:
+        store.reject(key, str(e))
+        return None
+    report.timings["cache"] = time.perf_counter() - t
+    return OptimizeResult(best, program, report)
 
 
 def _with_bodies_optimized(program: Program, rewrite: Callable[[Program], Program]) -> Program:

@@ -70,6 +70,7 @@ def _optimize(args: argparse.Namespace) -> int:
             progress=progress,
             verify=args.verify,
             extractor=args.extractor,
+            cache=False if args.no_cache else None,
         )
     finally:
         progress.close()
@@ -175,6 +176,21 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    from eqsat.cache import ProgramCache
+
+    store = ProgramCache()
+    if args.action == "clear":
+        print(f"removed {store.clear()} entries from {store.directory}")
+        return 0
+    info = store.info()
+    print(f"directory: {info['directory']}")
+    print(f"enabled:   {'yes' if info['enabled'] else 'no (EQSAT_ENABLE_CACHE)'}")
+    print(f"entries:   {info['entries']}")
+    print(f"size:      {info['bytes'] / 2**20:.2f} MiB of {info['max_bytes'] / 2**20:.0f} MiB")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eqsat", description="Optimize tensor programs by equality saturation."
@@ -214,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto: exact ILP up to 5000 e-nodes, else greedy; egglog: its own tree extraction, "
         "for reference (default: auto)",
     )
+    opt.add_argument(
+        "--no-cache", action="store_true", help="neither reuse nor store the result (see `eqsat cache`)"
+    )
     opt.add_argument("-o", "--output", help="write the optimized program (eqsat text) to this file")
     opt.add_argument("-q", "--quiet", action="store_true", help="print the report only")
     opt.add_argument("-v", "--verbose", action="store_true", help="print each saturation iteration")
@@ -241,6 +260,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     rules = sub.add_parser("rules", help="list the rewrite rules by theme")
     rules.set_defaults(func=_rules)
+
+    cache = sub.add_parser(
+        "cache",
+        help="the cache of optimized programs: info or clear",
+        description="Optimized programs are kept in $EQSAT_CACHE_DIR/programs (default ~/.cache/eqsat), "
+        "keyed by the program, rules, cost model, limits and versions; EQSAT_ENABLE_CACHE=0 turns it off.",
+    )
+    cache.add_argument(
+        "action", choices=("info", "clear"), help="info: where, entries, size; clear: remove them"
+    )
+    cache.set_defaults(func=_cache)
 
     demo = sub.add_parser("demo", help="optimize the bundled PIR programs and check them in JAX")
     demo.add_argument("--dir", default=str(EXAMPLES), help="folder of *_before.pir files")

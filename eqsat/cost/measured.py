@@ -9,7 +9,6 @@ ratio measured/roofline of the same op — the roofline's shape dependence, cali
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from eqsat.config import config
 from eqsat.ir import Program, TensorType
 from eqsat.ops import OPAQUE
 
@@ -26,8 +26,8 @@ from .models import CostModel, Roofline, phases
 
 
 def default_cache() -> Path:
-    """``$EQSAT_CACHE`` or ``~/.cache/eqsat``, one file per backend and device kind."""
-    root = Path(os.environ.get("EQSAT_CACHE", Path.home() / ".cache" / "eqsat"))
+    """A file in ``eqsat.config.cache_dir`` per backend and device kind."""
+    root = config.cache_dir
     kind = str(jax.devices()[0].device_kind).replace(" ", "_").replace("/", "_")
     return root / f"measured-{jax.default_backend()}-{kind}.json"
 
@@ -51,6 +51,10 @@ class Measured(CostModel):
         self.roofline = Roofline()
         self.table: dict[str, float] = json.loads(self.path.read_text()) if self.path.exists() else {}
         self.measured_now = 0
+
+    def fingerprint(self) -> str | None:
+        """The timings known when asked (a table that grows misses once more, then hits)."""
+        return json.dumps([self.roofline.fingerprint(), sorted(self.table.items())])
 
     @staticmethod
     def key(op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType) -> str:

@@ -27,6 +27,11 @@ class CostModel:
     ) -> float:
         raise NotImplementedError
 
+    def fingerprint(self) -> str | None:
+        """Text that changes whenever the model's costs may: optimized programs are cached under it.
+        None (the default for a model written elsewhere) keeps its results out of the cache."""
+        return None
+
     def program_cost(self, program: Program) -> float:
         """The DAG cost of a program: every live op once; ops XLA folds at compile time (weights
         packed, laid out or rescaled: see ``Serialized.constant_classes``) are free."""
@@ -54,6 +59,9 @@ class NodeCount(CostModel):
     ) -> float:
         return 1.0
 
+    def fingerprint(self) -> str | None:
+        return self.name
+
 
 def phases(op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType) -> list[Kernel]:
     """(flops, bytes) of each kernel an op runs as (see ``OpDef.cost_phases``); opaque ops: one kernel."""
@@ -74,6 +82,9 @@ class Flops(CostModel):
     def __init__(self, bytes_weight: float = 1.0, per_op: float = 1.0) -> None:
         self.bytes_weight = bytes_weight
         self.per_op = per_op
+
+    def fingerprint(self) -> str | None:
+        return f"{self.name} {self.bytes_weight!r} {self.per_op!r}"
 
     def op_cost(
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
@@ -117,6 +128,9 @@ class Roofline(CostModel):
         if key is not None:
             self._known[key] = cost
         return cost
+
+    def fingerprint(self) -> str | None:
+        return repr(self.device)
 
     def kernel_seconds(self, kernel: Kernel) -> float:
         d = self.device

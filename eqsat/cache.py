@@ -1,0 +1,206 @@
+"""The persistent cache of optimized programs: one JSON file per entry, never a pickle, so an entry can
+hold no code. ``optimize`` looks an entry up by a key of everything that determines its result (see
+``optimization_key``); an entry that is corrupt, truncated or written for another key is ignored with a
+warning and rewritten. Writes are atomic (a temporary file renamed into place: two writers of one entry
+leave one whole entry), and the directory is kept under a size bound, least recently used out first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable, Sequence
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from eqsat.config import config
+from eqsat.errors import EqsatError
+from eqsat.ir import Program, TensorType, Value, parse_program
+
+FORMAT = "eqsat-program-cache/1"
+_SUFFIX = ".json"
+
+
+def _digest(parts: Iterable[str]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """The versions of eqsat, egglog and jax, and a hash of eqsat's own source (its rules included):
+    an edited checkout misses as a new release does."""
+    root = Path(__file__).parent
+    files = sorted(
+        Path(d, f) for d, _, names in os.walk(root, followlinks=True) for f in names if f.endswith(".py")
+    )
+    versions = [f"{name} {version(name)}" for name in ("eqsat", "egglog", "jax", "jaxlib")]
+    return _digest([*versions, *(f"{p.relative_to(root)}\n{p.read_text()}" for p in files)])
+
+
+def uncacheable(program: Program) -> str | None:
+    """Why ``program`` cannot be cached (an op whose meaning is not in its text: an opaque op, a
+    control-flow body), or None."""
+    for op in program.ops:
+        if op.payload is not None:
+            return f"its op {op.name!r} carries what its text does not show"
+    names = [p.name for p in program.params]
+    if not all(names) or len(set(names)) < len(names):
+        return "its parameters are not named apart"
+    return None
+
+
+def optimization_key(program: Program, parts: Sequence[str]) -> str:
+    """The key of optimizing ``program``: its text (shapes, dtypes, attributes, constants), which of
+    its parameters have values, its dynamic dims, ``parts`` (rules, cost model, limits, extractor:
+    the caller's) and ``source_fingerprint()``."""
+    bound = sorted(name for name in program.param_values)
+    dynamic = sorted((name, list(shape)) for name, shape in program.dynamic.items())
+    fixed = [FORMAT, source_fingerprint(), str(program), json.dumps(bound), json.dumps(dynamic)]
+    return _digest([*fixed, *parts])
+
+
+class ProgramCache:
+    """Entries ``<key>.json`` under ``directory`` (default: ``config.cache_dir / "programs"``)."""
+
+    def __init__(self, directory: str | Path | None = None, max_bytes: int | None = None) -> None:
+        self.directory = Path(directory) if directory else config.cache_dir / "programs"
+        self.max_bytes = config.cache_max_bytes if max_bytes is None else max_bytes
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}{_SUFFIX}"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The entry stored under ``key``, or None: missing, or unreadable (with a warning)."""
+        path = self.path(key)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            warnings.warn(f"eqsat: cannot read cache entry {path}: {e}", RuntimeWarning, stacklevel=3)
+            return None
+        try:
+            entry = json.loads(text)
+            if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != key:
+                raise ValueError("not an entry of this key and format")
+        except ValueError as e:
+            self.reject(key, str(e))
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: the size bound removes it last
+        return entry
+
+    def reject(self, key: str, reason: str) -> None:
+        """Warn that the entry under ``key`` is unusable (it is rewritten by the next ``put``)."""
+        warnings.warn(
+            f"eqsat: ignoring cache entry {self.path(key)} ({reason}); it will be rewritten",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        """Store ``entry`` under ``key`` atomically, then trim the directory to ``max_bytes``. A cache
+        that cannot be written is a warning, never an error."""
+        data = json.dumps({"format": FORMAT, "key": key, **entry})
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:16]}-", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                f.write(data)
+            os.replace(tmp, self.path(key))
+        except OSError as e:
+            message = f"eqsat: cannot write the program cache in {self.directory}: {e}"
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            return
+        self.trim()
+
+    def entries(self) -> list[Path]:
+        """The entry files, least recently used first."""
+        if not self.directory.is_dir():
+            return []
+        paths = []
+        for path in self.directory.glob(f"*{_SUFFIX}"):
+            try:
+                paths.append((path.stat().st_mtime, path))
+            except FileNotFoundError:  # removed by another process meanwhile
+                continue
+        return [p for _, p in sorted(paths)]
+
+    def size(self) -> int:
+        return sum(_size(p) for p in self.entries())
+
+    def trim(self) -> None:
+        """Remove the least recently used entries until the directory holds at most ``max_bytes``."""
+        entries = self.entries()
+        total = sum(_size(p) for p in entries)
+        for path in entries:
+            if total <= self.max_bytes:
+                break
+            total -= _size(path)
+            path.unlink(missing_ok=True)
+
+    def clear(self) -> int:
+        """Remove every entry (and stray temporary files); the number of entries removed."""
+        entries = self.entries()
+        for path in entries:
+            path.unlink(missing_ok=True)
+        if self.directory.is_dir():
+            for path in self.directory.glob(".*.tmp"):
+                path.unlink(missing_ok=True)
+        return len(entries)
+
+    def info(self) -> dict[str, Any]:
+        """Where the cache is, whether it is on, its entries and their size, its bound."""
+        return {
+            "directory": str(self.directory),
+            "enabled": config.enable_cache,
+            "entries": len(self.entries()),
+            "bytes": self.size(),
+            "max_bytes": self.max_bytes,
+        }
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+
+def bind(text: str, original: Program) -> Program:
+    """The program of an entry, its parameters bound to ``original``'s values; a ``ValueError`` if it
+    does not fit ``original`` (its inputs, its parameters by name and type, its outputs' types)."""
+    try:
+        program = parse_program(text)
+    except EqsatError as e:
+        raise ValueError(f"its program does not parse: {e}") from None
+
+    def types(values: Iterable[Value], bound: bool | None = None) -> list[tuple[str | None, TensorType]]:
+        """(name, type) of each value; of parameters, those with a value in ``original`` or without."""
+        values = [v for v in values if bound is None or (v.name in original.param_values) == bound]
+        return [(v.name, v.type) for v in values]
+
+    declared = dict(types(original.params))
+    if (
+        types(program.inputs) != types(original.inputs)
+        or types(program.params, bound=False) != types(original.params, bound=False)
+        or any(declared.get(name) != t for name, t in types(program.params))
+        or [v.type for v in program.outputs] != [v.type for v in original.outputs]
+    ):
+        raise ValueError("its program does not fit this one's inputs, parameters or outputs")
+    program.param_values = {
+        p.name: original.param_values[p.name] for p in program.params if p.name in original.param_values
+    }
+    program.dynamic = dict(original.dynamic)
+    return program
