@@ -16,6 +16,7 @@ import tempfile
 import warnings
 from collections.abc import Iterable, Sequence
 from importlib.metadata import version
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from eqsat.errors import EqsatError
 from eqsat.ir import Program, TensorType, Value, parse_program
 
 FORMAT = "eqsat-program-cache/1"
+_PACKAGES = ("eqsat", "eqsat.rules", "eqsat.lowering")
 _SUFFIX = ".json"
 
 
@@ -37,14 +39,14 @@ def _digest(parts: Iterable[str]) -> str:
 
 @functools.cache
 def source_fingerprint() -> str:
-    """The versions of eqsat, egglog and jax, and a hash of eqsat's own source (its rules included):
-    an edited checkout misses as a new release does."""
-    root = Path(__file__).parent
-    files = sorted(
-        Path(d, f) for d, _, names in os.walk(root, followlinks=True) for f in names if f.endswith(".py")
-    )
+    """The versions of eqsat, egglog, jax and jaxlib, and the size and modification time of each of
+    eqsat's source files (its rules and lowerings, which live beside it, included): an edited checkout
+    misses as a new release does."""
+    roots = [Path(d) for name in _PACKAGES for d in find_spec(name).submodule_search_locations or ()]
+    files = sorted({p for root in roots for pattern in ("*.py", "*/*.py") for p in root.glob(pattern)})
     versions = [f"{name} {version(name)}" for name in ("eqsat", "egglog", "jax", "jaxlib")]
-    return _digest([*versions, *(f"{p.relative_to(root)}\n{p.read_text()}" for p in files)])
+    stats = [(p, p.stat()) for p in files]
+    return _digest([*versions, *(f"{p} {st.st_size} {st.st_mtime_ns}" for p, st in stats)])
 
 
 def uncacheable(program: Program) -> str | None:

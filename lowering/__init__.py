@@ -106,8 +106,6 @@ def lower(program: Program) -> Callable[..., tuple[jax.Array, ...]]:
 def _lowered(
     program: Program, run: Callable[[Op, list[Any]], tuple[Any, ...]], x64: bool = False
 ) -> Callable[..., tuple[Any, ...]]:
-    from . import paddle  # noqa: F401  (register Paddle's ops)
-
     ops = program.live_ops()
     bound = {
         id(p): np.asarray(program.param_values[p.name])

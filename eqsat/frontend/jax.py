@@ -27,7 +27,19 @@ from eqsat.ops import FLOAT_DTYPES, OPAQUE, OPS
 
 # JAX primitives that are one canonical op of the same operands, from the ops' definitions.
 _SPELLED = {prim: op.name for op in OPS.values() for prim in op.jax}
-_FOLDABLE = {"add", "sub", "mul", "div", "sqrt", "neg", "max", "min", "convert_element_type"}
+# correctly rounded in IEEE arithmetic, so numpy computes them as XLA does (but on subnormals, which
+# XLA may flush to zero): folded without compiling a kernel
+_FOLDED_BY_NUMPY: dict[str, Callable[..., np.ndarray]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "sqrt": np.sqrt,
+    "neg": np.negative,
+    "max": np.maximum,
+    "min": np.minimum,
+}
+_FOLDABLE = {*_FOLDED_BY_NUMPY, "convert_element_type"}
 _IDENTITY = {"stop_gradient", "copy", "copy_p", "optimization_barrier_identity"}
 _INLINE = {
     "jit",
@@ -72,6 +84,14 @@ def _exact_float(value: np.ndarray) -> float | None:
     as_float = float(value)
     same = np.asarray(as_float).astype(value.dtype).tobytes() == value.tobytes()
     return as_float if same else None
+
+
+def _subnormal(value: np.ndarray) -> bool:
+    """A nonzero floating-point scalar below the dtype's smallest normal magnitude."""
+    if not np.issubdtype(value.dtype, np.floating) and value.dtype.name not in FLOAT_DTYPES:
+        return False
+    magnitude = abs(float(value))
+    return 0.0 < magnitude < float(jax.numpy.finfo(value.dtype).tiny)
 
 
 class _Tracer:
@@ -144,9 +164,16 @@ class _Tracer:
         out = eqn.outvars[0].aval
         if out.shape or np.dtype(out.dtype).name not in FLOAT_DTYPES:
             return None
+        if eqn.params.get("accuracy") is not None:  # an approximation XLA may choose
+            return None
         args = [np.asarray(self.fulls[id(v)], v.type.dtype) for v in ins]
-        with jax.ensure_compile_time_eval():
-            value = np.asarray(eqn.primitive.bind(*args, **eqn.params))
+        with np.errstate(all="ignore"):
+            if eqn.primitive.name == "convert_element_type":
+                value = args[0].astype(eqn.params["new_dtype"])
+            else:
+                value = np.asarray(_FOLDED_BY_NUMPY[eqn.primitive.name](*args))
+        if value.dtype != np.dtype(out.dtype) or any(_subnormal(a) for a in (*args, value)):
+            return None
         exact = _exact_float(value)
         return None if exact is None else self.op("full", shape=(), value=exact, dtype=value.dtype.name)
 
