@@ -7,6 +7,7 @@ parts mean is up to the reader (``ir.parse_program`` or ``frontend.pir``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -142,21 +143,31 @@ def parse_attrs(text: str | None, line: int) -> dict[str, AttrValue]:
 def parse_tensor_type(text: str, line: int, dynamic: bool = False) -> tuple[tuple[int, ...], str]:
     """``tensor<4x3xf32>`` (optionally ``pd.``-prefixed) -> ((4, 3), "float32"); with ``dynamic``,
     PIR's -1 (a dynamic dim) is kept as ``DYNAMIC``."""
+    try:
+        return _known_type(text, dynamic)
+    except ParseError as e:
+        raise ParseError(e.reason, line=line) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _known_type(text: str, dynamic: bool) -> tuple[tuple[int, ...], str]:
+    """``parse_tensor_type`` without the line (programs repeat their types: each is parsed once)."""
     m = _TENSOR.match(text.strip())
     if not m:
-        raise ParseError(f"bad type {text.strip()!r}: expected tensor<dims x dtype>", line=line)
+        raise ParseError(f"bad type {text.strip()!r}: expected tensor<dims x dtype>")
     *dims, short = m.group("body").split("x") if m.group("body") else [""]
     if short not in _DTYPES:
-        raise ParseError(f"unsupported dtype {short!r} in {text.strip()!r}", line=line)
+        raise ParseError(f"unsupported dtype {short!r} in {text.strip()!r}")
     try:
         shape = tuple(int(d) for d in dims)
     except ValueError:
-        raise ParseError(f"bad dimension in {text.strip()!r}", line=line) from None
+        raise ParseError(f"bad dimension in {text.strip()!r}") from None
     if any(d < 0 and not (dynamic and d == DYNAMIC) for d in shape):
-        raise ParseError(f"negative dimension in {text.strip()!r}", line=line)
+        raise ParseError(f"negative dimension in {text.strip()!r}")
     return shape, _DTYPES[short]
 
 
+@functools.lru_cache(maxsize=4096)
 def format_tensor_type(shape: tuple[int, ...], dtype: str) -> str:
     short = DTYPE_SHORT.get(dtype, dtype.replace("<", "[").replace(">", "]"))  # PRNG keys: key[fry]
     return "tensor<" + "".join(f"{d}x" for d in shape) + short + ">"
