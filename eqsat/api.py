@@ -21,6 +21,7 @@ from eqsat.extract import TIE_BREAK, greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
 from eqsat.lowering.control_flow import Cond, Loop
+from eqsat.progress import ProgressBar
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import Iteration, Limits, SaturationReport, fresh_egraph, saturate
@@ -175,7 +176,7 @@ def optimize(
     rules: Iterable[Rule | str] | None = None,
     cost: str | CostModel | Callable[..., float] = "roofline",
     limits: Limits | None = None,
-    progress: Callable[[Iteration], None] | None = None,
+    progress: bool | Callable[[Iteration], None] | None = None,
     verify: bool = False,
     extractor: str = "auto",
     cache: bool | None = None,
@@ -186,6 +187,8 @@ def optimize(
     random inputs and a difference raises :class:`eqsat.MiscompileError`. ``extractor``: ``greedy``,
     ``ilp`` (exact, HiGHS, warm-started from greedy, best found within ``limits.ilp_timeout_s``),
     ``auto`` (ILP up to 5000 e-nodes), or ``egglog`` (egglog's own tree extraction, as a reference).
+    ``progress``: by default a progress bar (a notebook widget, or text on a terminal's stderr) once
+    saturation has run a second; False for none; or a function called with each ``Iteration``.
     ``cache``: reuse the result of an earlier process that optimized the same program the same way
     (see ``eqsat.cache``; default ``eqsat.config.enable_cache``); ``report.cache`` says what happened.
     """
@@ -197,7 +200,12 @@ def optimize(
     key, status = _cache_key(program, chosen, model, limits, extractor, cache)
     result = _cached(key, program) if key else None
     if result is None:
-        result = _optimized(program, chosen, model, limits, progress, extractor)
+        bar = ProgressBar(limits.max_iterations) if progress is None or progress is True else None
+        try:
+            result = _optimized(program, chosen, model, limits, bar or progress or None, extractor)
+        finally:
+            if bar is not None:
+                bar.close()
         result.report.cache = _store(key, result, program) if key else status
     result.original = program
     result.options = {
@@ -226,7 +234,8 @@ def _optimized(
 ) -> OptimizeResult:
     """Saturate and extract: control-flow bodies each on their own, a repeated block once."""
     program = _with_bodies_optimized(
-        program, lambda body: optimize(body, chosen, model, limits, extractor=extractor, cache=False).program
+        program,
+        lambda body: optimize(body, chosen, model, limits, False, extractor=extractor, cache=False).program,
     )
     repeats = find_repeats(program)
     if repeats is not None:

@@ -7,12 +7,10 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from eqsat.saturate import Iteration
+from eqsat.progress import ProgressBar
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pir"
 
@@ -21,30 +19,6 @@ def _limits(args: argparse.Namespace):
     from eqsat.saturate import Limits
 
     return Limits(max_iterations=args.max_iterations, max_nodes=args.max_nodes, timeout_s=args.timeout)
-
-
-class _Progress:
-    """A progress bar over saturation iterations (tqdm, on stderr); ``-v`` prints each one too."""
-
-    def __init__(self, total: int, verbose: bool) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, desc="saturating", unit="it", file=sys.stderr, leave=False)
-        self.verbose = verbose
-
-    def __call__(self, it: Iteration) -> None:
-        self.bar.update(1)
-        self.bar.set_postfix(nodes=it.nodes, classes=it.classes)
-        if self.verbose:
-            fired = sum(it.matches.values())
-            self.bar.write(
-                f"  iteration {it.index}: {it.nodes} e-nodes, {it.classes} e-classes, {fired} matches, "
-                f"{it.seconds * 1e3:.1f} ms",
-                file=sys.stderr,
-            )
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def _optimize(args: argparse.Namespace) -> int:
@@ -60,7 +34,7 @@ def _optimize(args: argparse.Namespace) -> int:
                 f"(bind its dynamic dims with --shape {name}=...)"
             )
     rules = args.rules.split(",") if args.rules else None
-    progress = _Progress(args.max_iterations, args.verbose)
+    progress = ProgressBar(args.max_iterations, delay=0.0, verbose=args.verbose)
     try:
         result = eqsat.optimize(
             program,
