@@ -201,8 +201,9 @@ def optimize(
     result = _cached(key, program) if key else None
     if result is None:
         bar = ProgressBar(limits.max_iterations) if progress is None or progress is True else None
+        callback = bar or (progress if callable(progress) else None)
         try:
-            result = _optimized(program, chosen, model, limits, bar or progress or None, extractor)
+            result = _optimized(program, chosen, model, limits, callback, extractor)
         finally:
             if bar is not None:
                 bar.close()
@@ -249,11 +250,11 @@ def _cache_key(
     """The cache key of this optimization, or None and why it is not cached."""
     if not (config.enable_cache if cache is None else cache):
         return None, "off"
-    why = uncacheable(program)
     fingerprint = model.fingerprint()
-    if fingerprint is None:
-        why = f"the cost model {model.name!r} has no fingerprint"
-    if why:
+    why = uncacheable(program) or (
+        None if fingerprint else f"the cost model {model.name!r} has no fingerprint"
+    )
+    if why or fingerprint is None:
         return None, f"not cached: {why}"
     rules_text = [f"{r.name} {r.exact}\n" + "\n".join([*r.prelude, *r.egglog(REWRITES)]) for r in rules]
     return optimization_key(program, [*rules_text, fingerprint, repr(limits), extractor]), "stored"

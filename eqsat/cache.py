@@ -42,7 +42,8 @@ def source_fingerprint() -> str:
     """The versions of eqsat, egglog, jax and jaxlib, and the size and modification time of each of
     eqsat's source files (its rules and lowerings, which live beside it, included): an edited checkout
     misses as a new release does."""
-    roots = [Path(d) for name in _PACKAGES for d in find_spec(name).submodule_search_locations or ()]
+    specs = [find_spec(name) for name in _PACKAGES]
+    roots = [Path(d) for spec in specs if spec for d in spec.submodule_search_locations or ()]
     files = sorted({p for root in roots for pattern in ("*.py", "*/*.py") for p in root.glob(pattern)})
     versions = [f"{name} {version(name)}" for name in ("eqsat", "egglog", "jax", "jaxlib")]
     stats = [(p, p.stat()) for p in files]
@@ -177,7 +178,6 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
-
 
 
 def bind(text: str, original: Program) -> Program:
