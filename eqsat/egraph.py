@@ -16,14 +16,15 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
-
-from egglog import bindings
+from typing import TYPE_CHECKING, Any
 
 from eqsat.errors import EqsatError, ShapeError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
 from eqsat.ops import EGG_SORT, FLOAT_DTYPES, OPAQUE, OPS, VARIADIC, OpDef, folds
 from eqsat.shapes import MAX_RANK
+
+if TYPE_CHECKING:
+    from egglog import bindings  # imported where used: a first call that hits the cache needs no egglog
 
 ANALYSIS = "analysis"
 REWRITES = "rewrites"
@@ -252,6 +253,8 @@ def encode(program: Program, typed: bool = True) -> Encoding:
 
 def new_egraph() -> bindings.EGraph:
     """A fresh egglog e-graph with the schema loaded."""
+    from egglog import bindings
+
     eg = bindings.EGraph()
     eg.parse_and_run_program(schema())
     return eg
@@ -533,6 +536,8 @@ def extract_with_egglog(egraph: bindings.EGraph, enc: Encoding, original: Progra
             result = rebuild.value(t.name, ins, attrs)
         memo[id(dag), term] = result
         return result
+
+    from egglog import bindings
 
     extracted = [
         _only(egraph.parse_and_run_program(f"(extract {root})"), bindings.ExtractBest) for root in enc.roots

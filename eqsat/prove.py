@@ -15,9 +15,7 @@ import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from egglog import bindings
+from typing import TYPE_CHECKING, Any
 
 from eqsat.egraph import encode
 from eqsat.errors import ShapeError
@@ -25,6 +23,9 @@ from eqsat.ir import Op, Program, Value
 from eqsat.layout import drop_unit_dims
 from eqsat.rules import ALL, Rule, resolve
 from eqsat.saturate import GOAL_REACHED, Limits, SaturationReport, fresh_egraph, saturate
+
+if TYPE_CHECKING:
+    from egglog import bindings  # imported where used: a first call that hits the cache needs no egglog
 
 ProgramLike = Program | Callable[..., Any]
 

@@ -15,12 +15,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from egglog import bindings
+from typing import TYPE_CHECKING, Any
 
 from eqsat.egraph import ANALYSIS, REWRITES, TENSOR_CTORS, new_egraph
 from eqsat.rules import Rule
+
+if TYPE_CHECKING:
+    from egglog import bindings  # imported where used: a first call that hits the cache needs no egglog
 
 # Analysis rules are named shape-*/dtype-* or unnamed (their key is their text); rewrite rules are named.
 _ANALYSIS_RULES = ("shape-", "dtype-", "(")
@@ -242,6 +243,8 @@ class _Replayable:
 
     def step(self, commands: str) -> Any:
         """Run one iteration's commands; its run report."""
+        from egglog import bindings
+
         out = self.egraph.parse_and_run_program(commands)[-1]
         self.history.append(commands)
         if not isinstance(out, bindings.RunScheduleOutput):
