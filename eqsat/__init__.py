@@ -3,6 +3,7 @@
 from eqsat.api import OptimizeResult, Report, optimize
 from eqsat.config import config
 from eqsat.cost import CostModel, Flops, NodeCount, Roofline
+from eqsat.cost.calibrate import calibrate
 from eqsat.errors import (
     EqsatError,
     MiscompileError,
@@ -42,6 +43,7 @@ __all__ = [
     "UnsoundRuleError",
     "UnsupportedError",
     "Value",
+    "calibrate",
     "config",
     "equivalent",
     "from_jax",

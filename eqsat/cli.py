@@ -165,6 +165,18 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    import json
+
+    from eqsat.cost.calibrate import calibrate
+
+    device = calibrate(
+        quick=args.quick, save=not args.no_save, progress=lambda step: print(step, file=sys.stderr)
+    )
+    print(json.dumps(device.to_json(), indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eqsat", description="Optimize tensor programs by equality saturation."
@@ -183,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--cost",
         default="roofline",
         help="cost model: nodes, flops, roofline (this JAX backend) or roofline:DEVICE "
-        "with DEVICE in cpu, h100, tpu-v5e (default: roofline)",
+        "with DEVICE in cpu, h100, tpu-v5e, calibrated (default: roofline)",
     )
     _limit_options(opt)
     opt.add_argument(
@@ -245,6 +257,17 @@ def build_parser() -> argparse.ArgumentParser:
         "action", choices=("info", "clear"), help="info: where, entries, size; clear: remove them"
     )
     cache.set_defaults(func=_cache)
+
+    calibrate = sub.add_parser(
+        "calibrate",
+        help="measure this device's kernels and write the roofline profile eqsat uses from then on",
+        description="Times dot and conv peaks per dtype and layout, bandwidth in and out of cache, the cost "
+        "of a kernel and of a device-loop step (under a minute), prints the profile and writes it to "
+        "$EQSAT_CACHE_DIR (plain JSON: read it, edit it, delete it to use the built-in profile).",
+    )
+    calibrate.add_argument("--quick", action="store_true", help="smaller kernels: seconds, rougher")
+    calibrate.add_argument("--no-save", action="store_true", help="print the profile only")
+    calibrate.set_defaults(func=_calibrate)
 
     demo = sub.add_parser("demo", help="optimize the bundled PIR programs and check them in JAX")
     demo.add_argument("--dir", default=str(EXAMPLES), help="folder of *_before.pir files")

@@ -6,8 +6,16 @@ Accelerator numbers are public spec-sheet figures (cited per entry); ``cpu`` was
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import warnings
+from dataclasses import asdict, dataclass, fields
 from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from eqsat.config import config
 
 FUSED_CPU_ATTENTION = tuple(int(part) for part in version("jax").split(".")[:2]) >= (0, 11)
 """Whether XLA:CPU runs a whole attention block (q kᵀ, softmax, × v) as one fast fused kernel: from
@@ -16,10 +24,12 @@ jax 0.11 (measured here, naive attention at S=2048: ~40 ms on jax 0.11.2 and 0.1
 
 @dataclass(frozen=True)
 class Device:
-    """A roofline: ``time(kernel) = max(flops / peak_flops, bytes / bandwidth) + launch_s``, where a
-    kernel moving no more than ``cache_bytes`` streams at ``cache_bandwidth`` instead. A step of a
-    sequential device loop (``lax.fori_loop``/``lax.scan``, as in flash attention) costs ``loop_step_s`` more:
-    the loop's bookkeeping and the lower efficiency of its smaller kernels."""
+    """A roofline: ``time(kernel) = max(flops / peak, bytes / bandwidth) + launch_s``, where a kernel
+    moving no more than ``cache_bytes`` streams at ``cache_bandwidth`` instead. A step of a sequential
+    device loop (``lax.fori_loop``/``lax.scan``, as in flash attention) costs ``loop_step_s`` more: the
+    loop's bookkeeping and the lower efficiency of its smaller kernels. ``peak`` is ``peak_flops``, or
+    for a dot or conv kernel the entry of ``peaks`` for its kind (``dot:bfloat16``, ``conv:NHWC:float32``,
+    else ``conv:float32``) where there is one."""
 
     name: str
     peak_flops: float
@@ -29,6 +39,40 @@ class Device:
     cache_bandwidth: float
     loop_step_s: float
     source: str
+    peaks: tuple[tuple[str, float], ...] = ()
+
+    def peak(self, kind: str = "") -> float:
+        """Flops per second of a kernel of ``kind`` (see ``ops.contraction_kind``)."""
+        known = dict(self.peaks)
+        parts = kind.split(":")
+        for key in (kind, f"{parts[0]}:{parts[-1]}"):
+            if key in known:
+                return known[key]
+        return self.peak_flops
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data: what ``calibrate`` writes and a user may edit."""
+        data = asdict(self)
+        data["peaks"] = dict(self.peaks)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Device:
+        """A profile from ``to_json``'s data; a ``ValueError`` naming what is missing or not a number."""
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in data and n != "peaks"]
+        if missing:
+            raise ValueError(f"a device profile needs {', '.join(missing)}")
+        values = {n: data[n] for n in names if n in data}
+        try:
+            numbers = {n: float(values[n]) for n in names if n not in ("name", "source", "peaks")}
+            peaks = tuple(sorted((str(k), float(v)) for k, v in dict(values.get("peaks", {})).items()))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"a device profile's numbers must be numbers: {e}") from None
+        bad = [n for n, v in [*numbers.items(), *peaks] if not v > 0 and n != "loop_step_s"]
+        if bad:
+            raise ValueError(f"a device profile's {bad[0]} must be positive")
+        return cls(str(values["name"]), **numbers, source=str(values["source"]), peaks=peaks)
 
 
 DEVICES: dict[str, Device] = {
@@ -73,7 +117,32 @@ DEVICES: dict[str, Device] = {
 
 
 def get_device(name: str) -> Device:
+    """A built-in profile by name, or ``calibrated`` (this backend's, from ``eqsat.calibrate``)."""
+    if name == "calibrated":
+        device = calibrated_device()
+        if device is None:
+            raise KeyError(f"no calibrated profile at {profile_path()}: run eqsat.calibrate()")
+        return device
     try:
         return DEVICES[name]
     except KeyError:
-        raise KeyError(f"unknown device {name!r} (known: {', '.join(DEVICES)})") from None
+        raise KeyError(f"unknown device {name!r} (known: {', '.join(DEVICES)}, calibrated)") from None
+
+
+def profile_path() -> Path:
+    """Where ``calibrate`` keeps this backend's profile: a JSON file in ``eqsat.config.cache_dir``."""
+    kind = str(jax.devices()[0].device_kind).replace(" ", "_").replace("/", "_")
+    return config.cache_dir / f"device-{jax.default_backend()}-{kind}.json"
+
+
+def calibrated_device() -> Device | None:
+    """This backend's calibrated profile, if ``calibrate`` wrote one (a profile that does not read is
+    a warning, and None)."""
+    path = profile_path()
+    try:
+        return Device.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        warnings.warn(f"eqsat: ignoring the device profile {path}: {e}", RuntimeWarning, stacklevel=2)
+        return None

@@ -12,7 +12,7 @@ from typing import Any
 
 import jax
 
-from eqsat.devices import Device, get_device
+from eqsat.devices import Device, calibrated_device, get_device
 from eqsat.ir import Program, TensorType
 from eqsat.ops import OPAQUE, OPS, Kernel, folds
 
@@ -106,10 +106,11 @@ class Roofline(CostModel):
     """
 
     def __init__(self, device: str | Device | None = None) -> None:
-        """``device``: a profile name from ``eqsat.devices``, a ``Device``, or None for the profile
-        of JAX's default backend (cpu, gpu -> h100, tpu -> tpu-v5e)."""
+        """``device``: a profile name from ``eqsat.devices`` (``calibrated``: this backend's, measured
+        by ``eqsat.calibrate``), a ``Device``, or None: the calibrated profile where there is one, else
+        the built-in profile of JAX's default backend (cpu, gpu -> h100, tpu -> tpu-v5e)."""
         if device is None:
-            device = _BACKEND_DEVICE.get(jax.default_backend(), "cpu")
+            device = calibrated_device() or _BACKEND_DEVICE.get(jax.default_backend(), "cpu")
         self.device = get_device(device) if isinstance(device, str) else device
         self.name = f"roofline:{self.device.name}"
         self._known: dict[Any, float] = {}  # op costs by (op, attrs, types): layers repeat them
@@ -136,7 +137,7 @@ class Roofline(CostModel):
         d = self.device
         bandwidth = d.cache_bandwidth if kernel.bytes <= d.cache_bytes else d.bandwidth
         step = d.loop_step_s if kernel.loop_step else 0.0
-        return max(kernel.flops / d.peak_flops, kernel.bytes / bandwidth) + d.launch_s + step
+        return max(kernel.flops / d.peak(kernel.kind), kernel.bytes / bandwidth) + d.launch_s + step
 
 
 class FunctionCost(CostModel):

@@ -31,7 +31,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast, broadcasts_to
 from eqsat.types import FLOAT_DTYPES, TensorType
 
-from .base import ACCUMULATE, RESULT_DTYPE, Attr, Kernel, OpDef, PhasesFn
+from .base import ACCUMULATE, RESULT_DTYPE, Attr, Kernel, OpDef, PhasesFn, contraction_kind
 from .flash import Blocks, Masking, blocked_attention, flash_blocks, flash_key_blocks
 from .linear import matmul
 
@@ -112,11 +112,15 @@ def _scores(q: Array, k: Array, bias: Array, *, scale: float, divisor: float, dt
     return s if _known(bias, 0) else s + bias
 
 
+def _dot(t: TensorType) -> str:
+    return contraction_kind("dot", t.dtype)
+
+
 def _scores_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
     """As written: the product, then a pass scaling it (unless the scale is 1), then one adding the
     bias (unless it is a scalar, which XLA folds into the product's output)."""
     q, k, bias = ins
-    kernels = [Kernel(2.0 * out.size * q.shape[-1], q.nbytes + k.nbytes + out.nbytes)]
+    kernels = [Kernel(2.0 * out.size * q.shape[-1], q.nbytes + k.nbytes + out.nbytes, kind=_dot(q))]
     for factor in ("scale", "divisor"):
         if attrs[factor] != 1:
             kernels.append(Kernel(float(out.size), 2.0 * out.nbytes))
@@ -155,9 +159,9 @@ def _attention_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -
     scores = prod(q[:-1]) * k[-2]
     s_bytes = 4.0 * scores
     return [
-        Kernel(2.0 * scores * q[-1], ins[0].nbytes + ins[1].nbytes + s_bytes),
+        Kernel(2.0 * scores * q[-1], ins[0].nbytes + ins[1].nbytes + s_bytes, kind=_dot(ins[0])),
         Kernel(5.0 * scores, 2 * s_bytes + sum(t.nbytes for t in ins[3:] if t.size > 1)),  # scalars fold
-        Kernel(2.0 * scores * v[-1], s_bytes + ins[2].nbytes + out.nbytes),
+        Kernel(2.0 * scores * v[-1], s_bytes + ins[2].nbytes + out.nbytes, kind=_dot(ins[2])),
     ]
 
 
@@ -172,7 +176,7 @@ def _flash_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> li
     state = 4.0 * rows * bq * (v[-1] + 2)
     io = sum(t.nbytes for t in ins) + out.nbytes
     flops = _attention_flops(ins, out, attrs) / max(nq * nk, 1)
-    return [Kernel(flops, io / nk + 2 * state, True)] * steps
+    return [Kernel(flops, io / nk + 2 * state, True, _dot(ins[0]))] * steps
 
 
 def _attention_operands(types: Sequence[TensorType], attrs: dict) -> str | None:

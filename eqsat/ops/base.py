@@ -30,12 +30,20 @@ ACCUMULATE = "accumulate"
 
 
 class Kernel(NamedTuple):
-    """One kernel an op runs as: its arithmetic, its memory traffic, and whether it is a step of a
-    sequential device loop."""
+    """One kernel an op runs as: its arithmetic, its memory traffic, whether it is a step of a
+    sequential device loop, and what kind of arithmetic it is where a device's peak depends on it
+    (``dot:bfloat16``, ``conv:NHWC:float32``; see ``contraction_kind``), else empty."""
 
     flops: float
     bytes: float
     loop_step: bool = False
+    kind: str = ""
+
+
+def contraction_kind(op: str, dtype: str, layout: str = "") -> str:
+    """The kind of a dot (``op`` "dot") or conv kernel over operands of ``dtype``: a device profile
+    may give its peak (``Device.peaks``)."""
+    return ":".join(part for part in (op, layout, dtype) if part)
 
 
 PhasesFn = Callable[[Sequence[TensorType], TensorType, dict], list[Kernel]]
@@ -85,6 +93,7 @@ class OpDef:
     elementwise: bool = False
     same_dtype: tuple[int, ...] = ()
     axis_attr: str | None = None
+    contraction: str = ""  # "dot" or "conv": its kernel's peak depends on the operands' dtype
     check: DtypeCheck | None = None
     lower: Lowering | None = field(default=None, compare=False)
     jax: tuple[str, ...] = ()
@@ -101,7 +110,12 @@ class OpDef:
             return []
         if self.phases is not None:
             return self.phases(ins, out, attrs)
-        return [Kernel(self.flops(ins, out, attrs), self.bytes(ins, out, attrs))]
+        kind = (
+            contraction_kind(self.contraction, ins[0].dtype, str(attrs.get("layout", "")))
+            if self.contraction
+            else ""
+        )
+        return [Kernel(self.flops(ins, out, attrs), self.bytes(ins, out, attrs), kind=kind)]
 
     def normalize(self, types: Sequence[TensorType], attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
         """Check arity and attributes (given the operands' types), fill defaults, coerce kinds and make

@@ -111,6 +111,7 @@ MATMUL = OpDef(
     "dtype",
     matmul_flops,
     same_dtype=(0, 1),
+    contraction="dot",
     lower=matmul,
 )
 LINEAR = OpDef(
@@ -122,6 +123,7 @@ LINEAR = OpDef(
     "dtype",
     flops=matmul_flops,
     same_dtype=(0, 1),
+    contraction="dot",
     check=_bias_in_result_dtype,
     lower=_linear,
 )

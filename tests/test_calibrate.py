@@ -1,0 +1,110 @@
+"""``eqsat.calibrate``: a device profile measured here, written as plain JSON where ``Roofline`` finds
+it, read back as written or as a user edits it; dot and conv kernels priced by dtype and layout."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import eqsat
+from eqsat.cli import main
+from eqsat.cost import Roofline
+from eqsat.devices import DEVICES, Device, profile_path
+from eqsat.ir import TensorType
+from eqsat.ops import OPS
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(eqsat.config, "cache_dir", tmp_path)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """One quick calibration, saved into a directory of its own: (the profile, that directory)."""
+    directory = tmp_path_factory.mktemp("calibrated")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eqsat.config, "cache_dir", directory)
+        yield eqsat.calibrate(quick=True), directory
+
+
+def test_calibrate_measures_every_parameter(measured):
+    measured, _ = measured
+    numbers = [v for k, v in measured.to_json().items() if isinstance(v, float)]
+    assert all(math.isfinite(v) and v >= 0 for v in numbers), measured
+    assert measured.peak_flops > 1e8 and measured.bandwidth > 1e8 and 0 < measured.launch_s < 1e-3
+    assert measured.cache_bandwidth >= measured.bandwidth / 2
+    assert set(dict(measured.peaks)) == {
+        "dot:bfloat16",
+        "dot:float16",
+        "conv:NCHW:float32",
+        "conv:NHWC:float32",
+    }
+
+
+def test_the_profile_is_saved_where_roofline_finds_it(cache_dir, measured, monkeypatch):
+    assert Roofline().device.name == "cpu"  # nothing calibrated in this directory: the built-in profile
+    with pytest.raises(KeyError, match=r"run eqsat\.calibrate"):
+        Roofline("calibrated")
+    device, directory = measured
+    monkeypatch.setattr(eqsat.config, "cache_dir", directory)
+    assert profile_path().parent == directory
+    assert json.loads(profile_path().read_text())["source"].startswith("measured by eqsat.calibrate")
+    assert Roofline().device == device == Roofline("calibrated").device
+
+
+def test_an_edited_profile_is_what_the_model_uses(cache_dir):
+    """Plain data: halving the bfloat16 dot peak doubles a compute-bound bfloat16 product's cost."""
+    data = DEVICES["cpu"].to_json()
+    path = profile_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    args = ("matmul", {"transpose_x": 0, "transpose_y": 0, "dtype": "bfloat16"})
+    types = [TensorType((1024, 1024), "bfloat16")] * 2
+    costs = []
+    for peak in (1e11, 5e10):
+        path.write_text(json.dumps({**data, "peaks": {"dot:bfloat16": peak}}))
+        model = Roofline()
+        costs.append(
+            model.op_cost(*args, types, TensorType((1024, 1024), "bfloat16")) - model.device.launch_s
+        )
+    assert costs[1] == pytest.approx(2 * costs[0])
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"), [("{not json", "Expecting"), ('{"name": "x"}', "needs"), ("[]", "")]
+)
+def test_a_profile_that_does_not_read_is_a_warning_and_the_built_in_is_used(cache_dir, text, reason):
+    path = profile_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    with pytest.warns(RuntimeWarning, match=f"ignoring the device profile .*{reason}"):
+        assert Roofline().device.name == "cpu"
+
+
+def test_a_profile_with_a_negative_peak_is_refused():
+    with pytest.raises(ValueError, match="peak_flops must be positive"):
+        Device.from_json({**DEVICES["cpu"].to_json(), "peak_flops": -1})
+
+
+def test_dot_and_conv_kernels_carry_their_kind():
+    bf16 = TensorType((8, 8), "bfloat16")
+    matmul = OPS["matmul"].cost_phases([bf16, bf16], TensorType((8, 8), "float32"), {})
+    assert [k.kind for k in matmul] == ["dot:bfloat16"]
+    x, w = TensorType((1, 4, 4, 2), "float32"), TensorType((3, 3, 2, 5), "float32")
+    conv = OPS["conv2d"].cost_phases([x, w], TensorType((1, 2, 2, 5), "float32"), {"layout": "NHWC"})
+    assert [k.kind for k in conv] == ["conv:NHWC:float32"]
+    device = Device(**{**DEVICES["cpu"].__dict__, "peaks": (("conv:float32", 7.0), ("dot:bfloat16", 3.0))})
+    assert (device.peak("dot:bfloat16"), device.peak("conv:NHWC:float32"), device.peak("dot:float32")) == (
+        3.0,
+        7.0,
+        device.peak_flops,
+    )
+
+
+def test_cli_calibrate_prints_the_profile(cache_dir, capsys):
+    assert main(["calibrate", "--quick", "--no-save"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "calibrated:cpu"
+    assert not profile_path().exists()
