@@ -27,6 +27,8 @@ from eqsat.rules import Rule, resolve
 from eqsat.saturate import Iteration, Limits, SaturationReport, fresh_egraph, saturate
 from eqsat.text import DYNAMIC
 
+_STORED = ("cost_model", "cost_before", "cost_after", "note", "extractor")  # a cached report's fields
+
 
 @dataclass
 class Report:
@@ -43,17 +45,16 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         """What a cache entry keeps of this report (the timings are the process's own)."""
-        fields = ("cost_model", "cost_before", "cost_after", "note", "extractor")
-        return {"saturation": asdict(self.saturation), **{k: getattr(self, k) for k in fields}}
+        return {"saturation": asdict(self.saturation), **{k: getattr(self, k) for k in _STORED}}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], timings: dict[str, float]) -> Report:
+        """The report of a cache hit: ``to_json``'s data, this process's ``timings``."""
         sat = data["saturation"]
         saturation = SaturationReport(
             [Iteration(**it) for it in sat["iterations"]], sat["stop_reason"], sat["seconds"]
         )
-        fields = ("cost_model", "cost_before", "cost_after", "note", "extractor")
-        return cls(saturation, **{k: data[k] for k in fields}, timings=timings, cache="hit")
+        return cls(saturation, **{k: data[k] for k in _STORED}, timings=timings, cache="hit")
 
     @property
     def stop_reason(self) -> str:

@@ -86,14 +86,14 @@ class ProgramCache:
         """The entry stored under ``key``, or None: missing, or unreadable (with a warning)."""
         path = self.path(key)
         try:
-            text = path.read_text()
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as e:
             warnings.warn(f"eqsat: cannot read cache entry {path}: {e}", RuntimeWarning, stacklevel=3)
             return None
         try:
-            entry = json.loads(text)
+            entry = json.loads(data.decode())
             if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != key:
                 raise ValueError("not an entry of this key and format")
         except ValueError as e:

@@ -96,7 +96,7 @@ def _entry_path(cache_dir: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "foreign", "wrong program"])
+@pytest.mark.parametrize("damage", ["garbage", "binary", "truncated", "foreign", "wrong program"])
 def test_a_bad_entry_is_ignored_with_a_warning_and_rewritten(cache_dir, damage):
     x = np.random.default_rng(3).normal(size=(8, 16)).astype(np.float32)
     good = eqsat.optimize(_program())
@@ -105,11 +105,15 @@ def test_a_bad_entry_is_ignored_with_a_warning_and_rewritten(cache_dir, damage):
     entry = json.loads(text)
     damaged = {
         "garbage": "\x00not json",
+        "binary": None,
         "truncated": text[: len(text) // 2],
         "foreign": json.dumps({**entry, "key": "0" * 64}),
         "wrong program": json.dumps({**entry, "program": str(_program(batch=4))}),
     }[damage]
-    path.write_text(damaged)
+    if damaged is None:
+        path.write_bytes(bytes(range(256)))  # not even UTF-8
+    else:
+        path.write_text(damaged)
     with pytest.warns(RuntimeWarning, match="ignoring cache entry"):
         again = eqsat.optimize(_program())
     assert again.report.cache == "stored"
