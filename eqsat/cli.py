@@ -1,4 +1,4 @@
-"""The ``eqsat`` command line: optimize, prove, show, rules, demo."""
+"""The ``eqsat`` command line: optimize, prove, show, rules, cache, calibrate, demo."""
 
 from __future__ import annotations
 
@@ -161,8 +161,17 @@ def _cache(args: argparse.Namespace) -> int:
     print(f"directory: {info['directory']}")
     print(f"enabled:   {'yes' if info['enabled'] else 'no (EQSAT_ENABLE_CACHE)'}")
     print(f"entries:   {info['entries']}")
-    print(f"size:      {info['bytes'] / 2**20:.2f} MiB of {info['max_bytes'] / 2**20:.0f} MiB")
+    print(f"size:      {_human(info['bytes'])} of at most {_human(info['max_bytes'])}")
     return 0
+
+
+def _human(n: float) -> str:
+    """A size in bytes, KiB, MiB or GiB."""
+    for unit in ("bytes", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 def _calibrate(args: argparse.Namespace) -> int:
