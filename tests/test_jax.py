@@ -186,3 +186,41 @@ def test_scalar_constants_fold_at_trace_time():
     np.testing.assert_array_equal(fn(x), x / 4.0)
     counts = next(iter(fn.results.values())).program.op_counts()
     assert "sqrt" not in counts and "cast" not in counts, counts
+
+
+_SPECIAL = [
+    (1.5, 3.0),
+    (-0.0, 0.0),
+    (0.0, -0.0),
+    (1e30, 1e30),
+    (float("inf"), -1.0),
+    (float("nan"), 2.0),
+    (7.0, 0.0),
+]
+_SCALAR_OPS = {
+    "add": jnp.add,
+    "sub": jnp.subtract,
+    "mul": jnp.multiply,
+    "div": jnp.divide,
+    "max": jnp.maximum,
+    "min": jnp.minimum,
+    "sqrt": lambda a, b: jnp.sqrt(a),
+    "neg": lambda a, b: -a,
+    "convert": lambda a, b: a.astype(jnp.float32 if a.dtype != jnp.float32 else jnp.bfloat16),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("name", sorted(_SCALAR_OPS))
+def test_folded_scalar_constants_are_what_xla_computes(name, dtype):
+    """Scalar constants fold at trace time (numpy, for the correctly rounded ops): bit for bit what
+    jax.jit computes, on zeros of both signs, overflow, inf and NaN."""
+    op = _SCALAR_OPS[name]
+
+    def fn(x: jax.Array) -> jax.Array:
+        pairs = [(jnp.asarray(a, dtype), jnp.asarray(b, dtype)) for a, b in _SPECIAL]
+        return x + jnp.stack([op(a, b).astype(jnp.float32) for a, b in pairs])
+
+    x = jnp.zeros(len(_SPECIAL), jnp.float32)
+    got, want = np.asarray(eqsat.jit(fn)(x)), np.asarray(jax.jit(fn)(x))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -28,7 +28,7 @@ from eqsat.ops import FLOAT_DTYPES, OPAQUE, OPS
 # JAX primitives that are one canonical op of the same operands, from the ops' definitions.
 _SPELLED = {prim: op.name for op in OPS.values() for prim in op.jax}
 # correctly rounded in IEEE arithmetic, so numpy computes them as XLA does (but on subnormals, which
-# XLA may flush to zero): folded without compiling a kernel
+# XLA may flush to zero, the sign of a NaN, and max/min of ±0): folded without compiling a kernel
 _FOLDED_BY_NUMPY: dict[str, Callable[..., np.ndarray]] = {
     "add": np.add,
     "sub": np.subtract,
@@ -167,12 +167,16 @@ class _Tracer:
         if eqn.params.get("accuracy") is not None:  # an approximation XLA may choose
             return None
         args = [np.asarray(self.fulls[id(v)], v.type.dtype) for v in ins]
+        if eqn.primitive.name in ("max", "min") and args[0] == args[1]:  # ±0: which one is XLA's choice
+            return None
         with np.errstate(all="ignore"):
             if eqn.primitive.name == "convert_element_type":
                 value = args[0].astype(eqn.params["new_dtype"])
             else:
                 value = np.asarray(_FOLDED_BY_NUMPY[eqn.primitive.name](*args))
         if value.dtype != np.dtype(out.dtype) or any(_subnormal(a) for a in (*args, value)):
+            return None
+        if np.isnan(value):  # which NaN (its sign) is the hardware's: XLA's may differ from numpy's
             return None
         exact = _exact_float(value)
         return None if exact is None else self.op("full", shape=(), value=exact, dtype=value.dtype.name)
