@@ -43,5 +43,6 @@ bench: $(STAMP)
 	$(PY) -m bench.real_models
 	$(PY) -m bench.long_context
 	$(PY) -m bench.optimizer_scaling
+	$(PY) -m bench.first_call
 	$(PY) -m bench.paddle_inference
 	$(PY) -m bench.suite
