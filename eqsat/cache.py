@@ -12,7 +12,6 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Sequence
 from importlib.metadata import version
@@ -20,7 +19,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from eqsat.config import config
+from eqsat.config import config, write_atomically
 from eqsat.errors import EqsatError
 from eqsat.ir import Program, TensorType, Value, parse_program
 
@@ -114,13 +113,8 @@ class ProgramCache:
     def put(self, key: str, entry: dict[str, Any]) -> None:
         """Store ``entry`` under ``key`` atomically, then trim the directory to ``max_bytes``. A cache
         that cannot be written is a warning, never an error."""
-        data = json.dumps({"format": FORMAT, "key": key, **entry})
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:16]}-", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(data)
-            os.replace(tmp, self.path(key))
+            write_atomically(self.path(key), json.dumps({"format": FORMAT, "key": key, **entry}))
         except OSError as e:
             message = f"eqsat: cannot write the program cache in {self.directory}: {e}"
             warnings.warn(message, RuntimeWarning, stacklevel=3)

@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -29,9 +31,9 @@ class Config:
 
     def update(self, name: str, value: Any) -> None:
         """Set one setting, converted to its type; an unknown name is a ``KeyError`` naming the known."""
-        kinds = {f.name: f.type for f in fields(self)}
-        if name not in kinds:
-            raise KeyError(f"unknown setting {name!r} (known: {', '.join(kinds)})")
+        names = [f.name for f in fields(self)]
+        if name not in names:
+            raise KeyError(f"unknown setting {name!r} (known: {', '.join(names)})")
         current = getattr(self, name)
         if isinstance(current, bool):
             value = str(value).lower() not in _OFF if isinstance(value, str) else bool(value)
@@ -55,3 +57,18 @@ def _from_environment() -> Config:
 
 
 config = _from_environment()
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (its folder made if need be) through a temporary file beside it,
+    renamed into place: a reader, or another writer, sees the old file or the new one, never part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -129,10 +129,16 @@ def get_device(name: str) -> Device:
         raise KeyError(f"unknown device {name!r} (known: {', '.join(DEVICES)}, calibrated)") from None
 
 
-def profile_path() -> Path:
-    """Where ``calibrate`` keeps this backend's profile: a JSON file in ``eqsat.config.cache_dir``."""
+def device_file(prefix: str) -> Path:
+    """``<prefix>-<backend>-<device kind>.json`` in ``eqsat.config.cache_dir``: what eqsat measured
+    on this device."""
     kind = str(jax.devices()[0].device_kind).replace(" ", "_").replace("/", "_")
-    return config.cache_dir / f"device-{jax.default_backend()}-{kind}.json"
+    return config.cache_dir / f"{prefix}-{jax.default_backend()}-{kind}.json"
+
+
+def profile_path() -> Path:
+    """Where ``calibrate`` keeps this backend's profile."""
+    return device_file("device")
 
 
 def calibrated_device() -> Device | None:

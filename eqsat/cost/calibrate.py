@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from eqsat.config import write_atomically
 from eqsat.devices import Device, profile_path
 
 from .models import Roofline, phases
@@ -158,9 +159,6 @@ def calibrate(*, quick: bool = False, save: bool = True, progress: Progress | No
     device = replace(device, loop_step_s=loop_step_cost(device, 512 if quick else 1024))
     if save:
         path = profile_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(device.to_json(), indent=2) + "\n")
-        tmp.replace(path)
+        write_atomically(path, json.dumps(device.to_json(), indent=2) + "\n")
         say(f"wrote {path}")
     return device

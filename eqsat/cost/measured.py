@@ -18,7 +18,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from eqsat.config import config
+from eqsat.config import write_atomically
+from eqsat.devices import device_file
 from eqsat.ir import Program, TensorType
 from eqsat.ops import OPAQUE
 
@@ -27,9 +28,7 @@ from .models import CostModel, Roofline, phases
 
 def default_cache() -> Path:
     """A file in ``eqsat.config.cache_dir`` per backend and device kind."""
-    root = config.cache_dir
-    kind = str(jax.devices()[0].device_kind).replace(" ", "_").replace("/", "_")
-    return root / f"measured-{jax.default_backend()}-{kind}.json"
+    return device_file("measured")
 
 
 class Measured(CostModel):
@@ -104,10 +103,7 @@ class Measured(CostModel):
         return statistics.median(ratios) if ratios else 1.0
 
     def _save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.table, indent=0))
-        tmp.replace(self.path)
+        write_atomically(self.path, json.dumps(self.table, indent=0))
 
 
 def _parse_type(text: str) -> TensorType:
