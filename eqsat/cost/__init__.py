@@ -1,5 +1,6 @@
 """Cost models: what an op costs given its attributes and its operands' types. ``NodeCount``, ``Flops``,
-``Roofline`` (device profiles in ``eqsat.devices``) in ``models``; ``Measured`` (timed on this device,
+``Roofline`` (device profiles in ``eqsat.devices``) in ``models``; ``XlaFusion`` (the roofline over the
+kernels XLA fuses) in ``fusion``; ``Measured`` (timed on this device,
 cached) in ``measured``; any function ``(op, attrs, inputs, output) -> float`` through ``FunctionCost``.
 """
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .fusion import Fused, XlaFusion
 from .measured import Measured
 from .models import CostModel, Flops, FunctionCost, NodeCount, Roofline, phases
 
@@ -15,9 +17,11 @@ __all__ = [
     "CostModel",
     "Flops",
     "FunctionCost",
+    "Fused",
     "Measured",
     "NodeCount",
     "Roofline",
+    "XlaFusion",
     "get_cost_model",
     "phases",
 ]
@@ -27,16 +31,18 @@ MODELS: dict[str, Callable[[], CostModel]] = {
     "flops": Flops,
     "roofline": Roofline,
     "measured": Measured,
+    "xla": XlaFusion,
 }
 
 
 def get_cost_model(cost: str | CostModel | Callable[..., float]) -> CostModel:
-    """A cost model from its name (``nodes``, ``flops``, ``roofline``, ``roofline:h100``, ``measured``),
-    an instance, or a function."""
+    """A cost model from its name (``nodes``, ``flops``, ``roofline``, ``roofline:h100``, ``xla``,
+    ``xla:h100``, ``measured``), an instance, or a function."""
     if isinstance(cost, CostModel):
         return cost
-    if isinstance(cost, str) and cost.startswith("roofline:"):
-        return Roofline(cost.split(":", 1)[1])
+    if isinstance(cost, str) and cost.startswith(("roofline:", "xla:")):
+        kind, device = cost.split(":", 1)
+        return (Roofline if kind == "roofline" else XlaFusion)(device)
     if isinstance(cost, str):
         if cost not in MODELS:
             raise KeyError(f"unknown cost model {cost!r} (known: {', '.join(MODELS)})")

@@ -35,18 +35,27 @@ class CostModel:
     def program_cost(self, program: Program) -> float:
         """The DAG cost of a program: every live op once; ops XLA folds at compile time (weights
         packed, laid out or rescaled: see ``Serialized.constant_classes``) are free."""
-        constant = {id(p) for p in program.params if p.name in program.param_values}
-        fulls: set[int] = set()
-        total = 0.0
-        for op in program.live_ops():
-            ins = {id(v) for v in op.inputs}
-            if op.name == "full":
-                fulls.add(id(op.outputs[0]))
-            elif folds(op.name, ins, constant, fulls):
-                constant.add(id(op.outputs[0]))
-                continue
-            total += self.op_cost(op.name, op.attrs, [v.type for v in op.inputs], op.outputs[0].type)
-        return total
+        folded = folded_ops(program)
+        return sum(
+            self.op_cost(op.name, op.attrs, [v.type for v in op.inputs], op.outputs[0].type)
+            for op in program.live_ops()
+            if id(op) not in folded
+        )
+
+
+def folded_ops(program: Program) -> set[int]:
+    """The ids of the ops XLA computes at compile time (``eqsat.ops.folds``)."""
+    constant = {id(p) for p in program.params if p.name in program.param_values}
+    fulls: set[int] = set()
+    folded: set[int] = set()
+    for op in program.live_ops():
+        ins = {id(v) for v in op.inputs}
+        if op.name == "full":
+            fulls.add(id(op.outputs[0]))
+        elif folds(op.name, ins, constant, fulls):
+            constant.add(id(op.outputs[0]))
+            folded.add(id(op))
+    return folded
 
 
 class NodeCount(CostModel):

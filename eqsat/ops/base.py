@@ -16,6 +16,10 @@ from eqsat.text import AttrValue
 from eqsat.types import DTYPES, FLOAT_DTYPES, TensorType, accumulation_dtype
 
 VARIADIC = -1
+Fusion = Literal["free", "loop", "reduce", "kernel"]
+"""How XLA fuses an op (``eqsat.cost.fusion``): ``free``, a view that moves no data; ``loop``, fused
+into the loop of the op that reads it; ``reduce``, a reduction whose first pass takes in the loop ops
+that feed it; ``kernel``, a kernel of its own (a dot, a conv, a fused attention)."""
 AttrKind = Literal["int", "ints", "float", "str"]
 EGG_SORT: dict[str, str] = {"int": "i64", "ints": "IVec", "float": "f64", "str": "String"}
 FlopsFn = Callable[[Sequence[TensorType], TensorType, dict], float]
@@ -94,10 +98,20 @@ class OpDef:
     same_dtype: tuple[int, ...] = ()
     axis_attr: str | None = None
     contraction: str = ""  # "dot" or "conv": its kernel's peak depends on the operands' dtype
+    fusion: Fusion | None = None
+    expensive: bool = False  # XLA does not compute it again in each fusion that reads it
     check: DtypeCheck | None = None
     lower: Lowering | None = field(default=None, compare=False)
     jax: tuple[str, ...] = ()
     paddle: tuple[str, ...] = ()
+
+    @property
+    def fusion_kind(self) -> Fusion:
+        """``fusion`` where given, else ``free`` for a view, ``loop`` for an elementwise op, else
+        ``kernel``."""
+        if self.fusion is not None:
+            return self.fusion
+        return "free" if self.view else "loop" if self.elementwise else "kernel"
 
     @property
     def ctor(self) -> str:

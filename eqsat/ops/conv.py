@@ -277,6 +277,7 @@ CONV = [
         same_dtype=(0, 1, 2, 3, 4),
         axis_attr="axis",
         check=_per_channel,
+        fusion="loop",
         lower=_batch_norm,
     ),
 ]

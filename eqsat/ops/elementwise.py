@@ -28,7 +28,13 @@ def _bits(types: Sequence[TensorType], attrs: dict) -> str | None:
 
 
 def _unary(
-    name: str, doc: str, lower: Lowering, *, jax: str | None = None, floats_only: bool = True
+    name: str,
+    doc: str,
+    lower: Lowering,
+    *,
+    jax: str | None = None,
+    floats_only: bool = True,
+    expensive: bool = False,
 ) -> OpDef:
     """An op of one float (or numeric) operand, Paddle's op of its name; its JAX primitive is also its
     name unless ``jax`` names another ("" for none)."""
@@ -39,6 +45,7 @@ def _unary(
         1,
         doc,
         elementwise=True,
+        expensive=expensive,
         check=check,
         lower=lower,
         jax=spelled if spelled[0] else (),
@@ -55,10 +62,20 @@ def _binary(
     paddle: tuple[str, ...] = (),
     arithmetic: bool = True,
     floats_only: bool = False,
+    expensive: bool = False,
 ) -> OpDef:
     check = floats if floats_only else numeric if arithmetic else None
     return OpDef(
-        name, 2, doc, shape=Broadcast(), elementwise=True, check=check, lower=lower, jax=jax, paddle=paddle
+        name,
+        2,
+        doc,
+        shape=Broadcast(),
+        elementwise=True,
+        expensive=expensive,
+        check=check,
+        lower=lower,
+        jax=jax,
+        paddle=paddle,
     )
 
 
@@ -196,12 +213,14 @@ ARITHMETIC = [
         "x / y (broadcasting); integers: the quotient rounded toward zero (lax.div)",
         _div,
         paddle=("pd.divide",),
+        expensive=True,
     ),
     _binary(
         "rem",
         "x - y * div(x, y) (broadcasting): the remainder with the sign of x (lax.rem)",
         _rem,
         jax=("rem",),
+        expensive=True,
     ),
     _binary(
         "maximum",
@@ -219,7 +238,14 @@ ARITHMETIC = [
         paddle=("pd.minimum",),
         arithmetic=False,
     ),
-    _binary("pow", "x ** y (broadcasting; floating point)", jnp.power, jax=("pow",), floats_only=True),
+    _binary(
+        "pow",
+        "x ** y (broadcasting; floating point)",
+        jnp.power,
+        jax=("pow",),
+        floats_only=True,
+        expensive=True,
+    ),
     _compare("eq", "x == y (broadcasting), bool", jnp.equal, "pd.equal"),
     _compare("ne", "x != y (broadcasting), bool", jnp.not_equal, "pd.not_equal"),
     _compare("lt", "x < y (broadcasting), bool", jnp.less, "pd.less_than"),
@@ -246,21 +272,22 @@ IOTA = OpDef(
     FromAttr("shape"),
     "dtype",
     check=_iota_dimension,
+    fusion="loop",
     lower=_iota,
 )
 UNARY = [
-    _unary("exp", "e**x", jnp.exp),
-    _unary("log", "natural logarithm", jnp.log),
-    _unary("tanh", "hyperbolic tangent", jnp.tanh),
-    _unary("sigmoid", "1 / (1 + e**-x)", jax.nn.sigmoid, jax="logistic"),
+    _unary("exp", "e**x", jnp.exp, expensive=True),
+    _unary("log", "natural logarithm", jnp.log, expensive=True),
+    _unary("tanh", "hyperbolic tangent", jnp.tanh, expensive=True),
+    _unary("sigmoid", "1 / (1 + e**-x)", jax.nn.sigmoid, jax="logistic", expensive=True),
     _unary("relu", "max(x, 0)", jax.nn.relu, jax="", floats_only=False),
     _unary("abs", "|x| (integers: the minimum stays itself, as it wraps)", jnp.abs, floats_only=False),
-    OpDef("gelu", 1, "GELU, tanh approximation", elementwise=True, check=floats, lower=gelu),
+    OpDef("gelu", 1, "GELU, tanh approximation", elementwise=True, expensive=True, check=floats, lower=gelu),
     OpDef("neg", 1, "-x", elementwise=True, check=numeric, lower=jnp.negative, jax=("neg",)),
-    _unary("sqrt", "square root", jnp.sqrt),
-    _unary("rsqrt", "1 / sqrt(x)", lax.rsqrt),
-    _unary("sin", "sine", jnp.sin),
-    _unary("cos", "cosine", jnp.cos),
+    _unary("sqrt", "square root", jnp.sqrt, expensive=True),
+    _unary("rsqrt", "1 / sqrt(x)", lax.rsqrt, expensive=True),
+    _unary("sin", "sine", jnp.sin, expensive=True),
+    _unary("cos", "cosine", jnp.cos, expensive=True),
     OpDef(
         "is_finite",
         1,
@@ -301,6 +328,7 @@ SELECT = OpDef(
     dtype=1,
     same_dtype=(1, 2),
     check=_bool_condition,
+    fusion="loop",
     lower=jnp.where,
 )
 FMA = OpDef(
@@ -311,5 +339,6 @@ FMA = OpDef(
     dtype=2,
     flops=lambda i, o, a: 2.0 * o.size,
     same_dtype=(0, 1, 2),
+    fusion="loop",
     lower=lambda x, y, z: x * y + z,
 )

@@ -117,6 +117,7 @@ LAYOUT = [
         (Attr("perm", "ints"),),
         Permute(),
         flops=no_flops,
+        fusion="loop",
         lower=lambda x, *, perm: jnp.transpose(x, perm),
     ),
     OpDef(
@@ -148,6 +149,7 @@ LAYOUT = [
         flops=no_flops,
         axis_attr="axis",
         check=one_dtype,
+        fusion="loop",
         lower=lambda *xs, axis: jnp.concatenate(xs, axis=axis),
     ),
     OpDef(

@@ -44,6 +44,7 @@ REDUCE_MEAN = OpDef(
     flops=lambda i, o, a: float(i[0].size),
     axis_attr="axis",
     check=floats,
+    fusion="reduce",
     lower=_reduce_mean,
 )
 
@@ -123,6 +124,7 @@ NORMS = [
         (_EPSILON,),
         LastAxisNorm(),
         phases=_norm_phases,
+        fusion="reduce",
         check=_same_dtypes,
         lower=_rms_norm,
     ),
@@ -136,6 +138,7 @@ NORMS = [
         (_EPSILON, Attr("fast_variance", "int", 0, (0, 1)), Attr("distributed", "int", 0, (0, 1))),
         LastAxisNorm(),
         phases=_norm_phases,
+        fusion="reduce",
         check=_same_dtypes,
         lower=_layer_norm,
     ),

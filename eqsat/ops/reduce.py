@@ -61,21 +61,38 @@ def _reduce_sum(x: Array, *, axis: int, keepdim: int) -> Array:
 
 def _reduction(name: str, doc: str, lower: Any) -> OpDef:
     attrs = (AXIS, Attr("keepdim", "int", 0))
-    return OpDef(name, 1, doc, attrs, Reduce(), flops=_reduce_flops, axis_attr="axis", lower=lower)
+    return OpDef(
+        name, 1, doc, attrs, Reduce(), flops=_reduce_flops, axis_attr="axis", fusion="reduce", lower=lower
+    )
 
 
 REDUCTIONS = [
     _reduction("reduce_max", "max over one axis", _reduce_max),
     _reduction("reduce_sum", "sum over one axis", _reduce_sum),
 ]
+
+
+def softmax_passes(x: TensorType, out: TensorType, axis: int) -> list[Kernel]:
+    """A softmax as XLA:CPU runs it: the max and the sum of exponentials, each a pass over x, the
+    sums' reciprocals, and the normalization."""
+    rows = x.size / max(x.shape[axis], 1)
+    return [
+        Kernel(float(x.size), float(x.nbytes)),
+        Kernel(3.0 * x.size, float(x.nbytes)),
+        Kernel(rows, 8.0 * rows),
+        Kernel(2.0 * x.size, float(x.nbytes + out.nbytes)),
+    ]
+
+
 SOFTMAX = OpDef(
     "softmax",
     1,
     "exp(x - max) / sum(exp(x - max)) along axis",
     (AXIS,),
-    flops=lambda i, o, a: 5.0 * i[0].size,
+    phases=lambda i, o, a: softmax_passes(i[0], o, a["axis"]),
     axis_attr="axis",
     check=floats,
+    fusion="reduce",
     lower=lambda x, *, axis: jax.nn.softmax(x, axis=axis),
 )
 
@@ -115,7 +132,7 @@ def _masked_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> l
     x, mask = ins
     passes = (mask.size > 1) * (1 + attrs["zero_masked"])
     where = Kernel(float(x.size), 2.0 * x.nbytes + mask.nbytes)
-    return [*([where] * passes), Kernel(5.0 * x.size, x.nbytes + out.nbytes)]
+    return [*([where] * passes), *softmax_passes(x, out, attrs["axis"])]
 
 
 MASKED_SOFTMAX = OpDef(
@@ -134,6 +151,7 @@ MASKED_SOFTMAX = OpDef(
     lambda i, o, a: 6.0 * i[0].size,
     phases=_masked_phases,
     axis_attr="axis",
+    fusion="reduce",
     check=_masked_operands,
     lower=_masked_softmax,
 )
