@@ -29,7 +29,9 @@ class Device:
     device loop (``lax.fori_loop``/``lax.scan``, as in flash attention) costs ``loop_step_s`` more: the
     loop's bookkeeping and the lower efficiency of its smaller kernels. ``peak`` is ``peak_flops``, or
     for a dot or conv kernel the entry of ``peaks`` for its kind (``dot:bfloat16``, ``conv:NHWC:float32``,
-    else ``conv:float32``) where there is one."""
+    else ``conv:float32``) where there is one. An entry ``write:<kind>`` is the bandwidth at which such a
+    product writes its result (one over a short contraction, as q kᵀ in attention, is bound by it): the
+    write then costs ``written / write_bandwidth`` more."""
 
     name: str
     peak_flops: float
@@ -49,6 +51,16 @@ class Device:
             if key in known:
                 return known[key]
         return self.peak_flops
+
+    def write_bandwidth(self, kind: str) -> float | None:
+        """Bytes per second at which a product of ``kind`` writes its result (``write:dot:float32`` in
+        ``peaks``), where the profile measured it."""
+        known = dict(self.peaks)
+        parts = kind.split(":")
+        for key in (kind, f"{parts[0]}:{parts[-1]}"):
+            if f"write:{key}" in known:
+                return known[f"write:{key}"]
+        return None
 
     def to_json(self) -> dict[str, Any]:
         """Plain data: what ``calibrate`` writes and a user may edit."""

@@ -42,6 +42,9 @@ def test_calibrate_measures_every_parameter(measured):
         "dot:float16",
         "conv:NCHW:float32",
         "conv:NHWC:float32",
+        "write:dot:float32",
+        "write:dot:bfloat16",
+        "write:dot:float16",
     }
 
 
@@ -71,6 +74,20 @@ def test_an_edited_profile_is_what_the_model_uses(cache_dir):
             model.op_cost(*args, types, TensorType((1024, 1024), "bfloat16")) - model.device.launch_s
         )
     assert costs[1] == pytest.approx(2 * costs[0])
+
+
+def test_a_measured_write_bandwidth_prices_a_products_result():
+    """q kᵀ over a contraction of 64 writes 64x fewer bytes than it computes flops; a profile with
+    ``write:dot:float32`` adds the write of its result at that rate, and nothing to other kernels."""
+    data = DEVICES["cpu"].to_json()
+    q, scores = TensorType((8, 1024, 64), "float32"), TensorType((8, 1024, 1024), "float32")
+    args = ("matmul", {"transpose_x": 0, "transpose_y": 1, "dtype": "float32"}, [q, q], scores)
+    written = Device.from_json({**data, "peaks": {"write:dot:float32": 4e9}})
+    assert Roofline(written).op_cost(*args) - Roofline(DEVICES["cpu"]).op_cost(*args) == pytest.approx(
+        scores.nbytes / 4e9
+    )
+    exp = ("exp", {}, [scores], scores)
+    assert Roofline(written).op_cost(*exp) == Roofline(DEVICES["cpu"]).op_cost(*exp)
 
 
 @pytest.mark.parametrize(

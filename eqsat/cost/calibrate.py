@@ -2,7 +2,8 @@
 
 Each parameter of ``eqsat.devices.Device`` is measured by a kernel that exposes it, jitted and timed
 (median of samples, a sample as many calls as take a few milliseconds): the dot peak per dtype
-(float32, bfloat16, float16 matrix products), the conv peak per layout (a 3x3 conv, NCHW and NHWC),
+(float32, bfloat16, float16 matrix products), the rate at which a product over a short contraction
+writes its result, per dtype, the conv peak per layout (a 3x3 conv, NCHW and NHWC),
 streaming bandwidth (an add over arrays far larger than the cache), cache bandwidth (the same over
 arrays that fit), where the cache ends (the size at which bandwidth falls to the geometric mean of
 the two), the cost of one more kernel in a program (a chain of small dots that XLA cannot fuse) and
@@ -63,6 +64,16 @@ def dot_peak(dtype: Any, sizes: tuple[int, ...]) -> float:
         a, b = _random((n, n), dtype), _random((n, n), dtype)
         rates.append(2.0 * n**3 / _seconds(jnp.matmul, a, b))
     return max(rates)
+
+
+def dot_write_bandwidth(dtype: Any, peak: float, size: int) -> float:
+    """Bytes per second at which a product writes its result, where the write binds: ``size``²
+    results per head over a contraction of 64, 4 heads (as q kᵀ in attention), its time less its
+    arithmetic at ``peak``."""
+    a, b = _random((4, size, 64), dtype), _random((4, 64, size), dtype)
+    flops = 2.0 * 4 * size * size * 64
+    written = 4.0 * size * size * jnp.dtype(dtype).itemsize
+    return written / max(_seconds(jnp.matmul, a, b) - flops / peak, written / 1e12)
 
 
 def conv_peak(layout: str, batch: int) -> float:
@@ -130,6 +141,9 @@ def calibrate(*, quick: bool = False, save: bool = True, progress: Progress | No
     say("dot peaks")
     peak = dot_peak(jnp.float32, sizes)
     peaks = {f"dot:{d}": dot_peak(d, sizes) for d in ("bfloat16", "float16")}
+    say("product writes")
+    for d in ("float32", "bfloat16", "float16"):
+        peaks[f"write:dot:{d}"] = dot_write_bandwidth(d, peaks.get(f"dot:{d}", peak), 512 if quick else 1024)
     say("conv peaks")
     for layout in ("NCHW", "NHWC"):
         peaks[f"conv:{layout}:float32"] = conv_peak(layout, 2 if quick else 8)

@@ -146,7 +146,9 @@ class Roofline(CostModel):
         d = self.device
         bandwidth = d.cache_bandwidth if kernel.bytes <= d.cache_bytes else d.bandwidth
         step = d.loop_step_s if kernel.loop_step else 0.0
-        return max(kernel.flops / d.peak(kernel.kind), kernel.bytes / bandwidth) + d.launch_s + step
+        write = d.write_bandwidth(kernel.kind) if kernel.written else None
+        extra = kernel.written / write if write else 0.0
+        return max(kernel.flops / d.peak(kernel.kind), kernel.bytes / bandwidth) + extra + d.launch_s + step
 
 
 class FunctionCost(CostModel):

@@ -120,7 +120,10 @@ def _scores_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> l
     """As written: the product, then a pass scaling it (unless the scale is 1), then one adding the
     bias (unless it is a scalar, which XLA folds into the product's output)."""
     q, k, bias = ins
-    kernels = [Kernel(2.0 * out.size * q.shape[-1], q.nbytes + k.nbytes + out.nbytes, kind=_dot(q))]
+    product = Kernel(
+        2.0 * out.size * q.shape[-1], q.nbytes + k.nbytes + out.nbytes, kind=_dot(q), written=out.nbytes
+    )
+    kernels = [product]
     for factor in ("scale", "divisor"):
         if attrs[factor] != 1:
             kernels.append(Kernel(float(out.size), 2.0 * out.nbytes))
@@ -159,7 +162,9 @@ def _attention_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -
     scores = prod(q[:-1]) * k[-2]
     s_bytes = 4.0 * scores
     return [
-        Kernel(2.0 * scores * q[-1], ins[0].nbytes + ins[1].nbytes + s_bytes, kind=_dot(ins[0])),
+        Kernel(
+            2.0 * scores * q[-1], ins[0].nbytes + ins[1].nbytes + s_bytes, kind=_dot(ins[0]), written=s_bytes
+        ),
         Kernel(5.0 * scores, 2 * s_bytes + sum(t.nbytes for t in ins[3:] if t.size > 1)),  # scalars fold
         Kernel(2.0 * scores * v[-1], s_bytes + ins[2].nbytes + out.nbytes, kind=_dot(ins[2])),
     ]

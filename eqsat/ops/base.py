@@ -35,13 +35,15 @@ ACCUMULATE = "accumulate"
 
 class Kernel(NamedTuple):
     """One kernel an op runs as: its arithmetic, its memory traffic, whether it is a step of a
-    sequential device loop, and what kind of arithmetic it is where a device's peak depends on it
-    (``dot:bfloat16``, ``conv:NHWC:float32``; see ``contraction_kind``), else empty."""
+    sequential device loop, what kind of arithmetic it is where a device's peak depends on it
+    (``dot:bfloat16``, ``conv:NHWC:float32``; see ``contraction_kind``), else empty, and for a
+    product the bytes of the result it writes (part of ``bytes``; a profile may price them apart)."""
 
     flops: float
     bytes: float
     loop_step: bool = False
     kind: str = ""
+    written: float = 0.0
 
 
 def contraction_kind(op: str, dtype: str, layout: str = "") -> str:
@@ -124,12 +126,11 @@ class OpDef:
             return []
         if self.phases is not None:
             return self.phases(ins, out, attrs)
-        kind = (
-            contraction_kind(self.contraction, ins[0].dtype, str(attrs.get("layout", "")))
-            if self.contraction
-            else ""
-        )
-        return [Kernel(self.flops(ins, out, attrs), self.bytes(ins, out, attrs), kind=kind)]
+        if not self.contraction:
+            return [Kernel(self.flops(ins, out, attrs), self.bytes(ins, out, attrs))]
+        kind = contraction_kind(self.contraction, ins[0].dtype, str(attrs.get("layout", "")))
+        flops, nbytes = self.flops(ins, out, attrs), self.bytes(ins, out, attrs)
+        return [Kernel(flops, nbytes, kind=kind, written=float(out.nbytes))]
 
     def normalize(self, types: Sequence[TensorType], attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
         """Check arity and attributes (given the operands' types), fill defaults, coerce kinds and make
