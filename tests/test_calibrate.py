@@ -40,6 +40,8 @@ def test_calibrate_measures_every_parameter(measured):
     assert set(dict(measured.peaks)) == {
         "dot:bfloat16",
         "dot:float16",
+        "dot:attention:float32",
+        "dot:attention:bfloat16",
         "conv:NCHW:float32",
         "conv:NHWC:float32",
         "write:dot:float32",

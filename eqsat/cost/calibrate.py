@@ -30,6 +30,7 @@ from jax import lax
 
 from eqsat.config import write_atomically
 from eqsat.devices import Device, profile_path
+from eqsat.ops.base import contraction_kind
 
 from .models import Roofline, phases
 
@@ -115,21 +116,45 @@ def loop_step_cost(device: Device, seq: int) -> float:
     """Seconds a step of a device loop costs beyond its arithmetic and traffic, fitted where it
     matters: eqsat's flash attention (one batch, 4 heads of 64, float32, ``seq`` queries and keys),
     timed, less what ``device`` (its ``loop_step_s`` aside) predicts, per loop step."""
-    from eqsat.ir import Program, TensorType
     from eqsat.lowering import lower
 
-    program = Program()
-    shape = TensorType((1, 4, seq, 64), "float32")
-    q, k, v = (program.add_input(name, shape) for name in "qkv")
-    bias = program.add_op("full", [], shape=(), value=0.0, dtype="float32")
-    mask = program.add_op("full", [], shape=(), value=1.0, dtype="bool")
-    program.add_output(program.add_op("flash_attention", [q, k, v, bias, mask], scale=0.125))
+    program = _attention_program("flash_attention", seq, "float32")
     op = program.ops[-1]
     types = ([t.type for t in op.inputs], op.output.type)
     predicted = Roofline(device).op_cost(op.name, op.attrs, *types)
     steps = sum(kernel.loop_step for kernel in phases(op.name, op.attrs, *types))
-    measured = _seconds(lower(program), *(_random(shape.shape) for _ in range(3)))
+    measured = _seconds(lower(program), *(_random((1, 4, seq, 64)) for _ in range(3)))
     return max((measured - predicted) / max(steps, 1), 0.0)
+
+
+def _attention_program(op: str, seq: int, dtype: str) -> Any:
+    """One ``op`` (attention or flash_attention) over 1 batch, 4 heads of 64, ``seq`` queries and keys."""
+    from eqsat.ir import Program, TensorType
+
+    program = Program()
+    shape = TensorType((1, 4, seq, 64), dtype)
+    q, k, v = (program.add_input(name, shape) for name in "qkv")
+    bias = program.add_op("full", [], shape=(), value=0.0, dtype=dtype)
+    mask = program.add_op("full", [], shape=(), value=1.0, dtype="bool")
+    program.add_output(program.add_op(op, [q, k, v, bias, mask], scale=0.125))
+    return program
+
+
+def attention_peak(device: Device, dtype: str, seq: int) -> float:
+    """Flops per second of naive attention's products (``dot:attention:<dtype>``): eqsat's attention
+    op timed, less what ``device`` predicts for the rest of it (its softmax, launches, the scores'
+    write), over the products' flops."""
+    from eqsat.lowering import lower
+
+    program = _attention_program("attention", seq, dtype)
+    op = program.ops[-1]
+    types = ([t.type for t in op.inputs], op.output.type)
+    kind = contraction_kind("dot", dtype, "attention")
+    unbounded = replace(device, peaks=(*device.peaks, (kind, math.inf)))
+    rest = Roofline(unbounded).op_cost(op.name, op.attrs, *types)
+    flops = sum(k.flops for k in phases(op.name, op.attrs, *types) if k.kind == kind)
+    measured = _seconds(lower(program), *(_random((1, 4, seq, 64), dtype) for _ in range(3)))
+    return flops / max(measured - rest, flops / 1e15)
 
 
 def calibrate(*, quick: bool = False, save: bool = True, progress: Progress | None = None) -> Device:
@@ -169,6 +194,10 @@ def calibrate(*, quick: bool = False, save: bool = True, progress: Progress | No
         f"{jax.devices()[0].device_kind}, jax {version('jax')}",
         peaks=tuple(sorted(peaks.items())),
     )
+    say("attention")
+    seq = 256 if quick else 512
+    attention = {f"dot:attention:{d}": attention_peak(device, d, seq) for d in ("float32", "bfloat16")}
+    device = replace(device, peaks=tuple(sorted({**peaks, **attention}.items())))
     say("loop-step cost (flash attention)")
     device = replace(device, loop_step_s=loop_step_cost(device, 512 if quick else 1024))
     if save:

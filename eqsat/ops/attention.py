@@ -157,16 +157,17 @@ def _attention_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) ->
 
 def _attention_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
     """Naive attention is three kernels: q kᵀ writes the f32 scores, softmax reads and writes them,
-    the product with v reads them back."""
+    the product with v reads them back. Its products are of kind ``dot:attention:<dtype>``: a
+    backend may run them apart from other products (XLA:CPU fuses the block and computes it in
+    float32), and a calibrated profile prices them as measured (else as ``dot:<dtype>``)."""
     q, k, v = (t.shape for t in ins[:3])
     scores = prod(q[:-1]) * k[-2]
     s_bytes = 4.0 * scores
+    kind = contraction_kind("dot", ins[0].dtype, "attention")
     return [
-        Kernel(
-            2.0 * scores * q[-1], ins[0].nbytes + ins[1].nbytes + s_bytes, kind=_dot(ins[0]), written=s_bytes
-        ),
+        Kernel(2.0 * scores * q[-1], ins[0].nbytes + ins[1].nbytes + s_bytes, kind=kind, written=s_bytes),
         Kernel(5.0 * scores, 2 * s_bytes + sum(t.nbytes for t in ins[3:] if t.size > 1)),  # scalars fold
-        Kernel(2.0 * scores * v[-1], s_bytes + ins[2].nbytes + out.nbytes, kind=_dot(ins[2])),
+        Kernel(2.0 * scores * v[-1], s_bytes + ins[2].nbytes + out.nbytes, kind=kind),
     ]
 
 
