@@ -83,6 +83,14 @@ class Jitted:
         return len(self.results)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:  # as cheap a call as jax.jit's: arguments are checked only when jax.jit refuses them
+            return self._jitted(*args, **kwargs)
+        except TypeError:
+            self._check_arguments(args, kwargs)
+            raise
+
+    def _check_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """An :class:`UnsupportedError` naming the first dynamic argument that is not an array."""
         dynamic, _, dyn_kwargs, _ = self._split(args, kwargs)
         for leaf in jax.tree_util.tree_leaves((dynamic, dyn_kwargs)):
             if not hasattr(leaf, "dtype") and not isinstance(leaf, int | float | bool):
@@ -90,7 +98,6 @@ class Jitted:
                     f"eqsat.jit arguments must be arrays (or pytrees of arrays), got a "
                     f"{type(leaf).__name__}; mark other arguments static with static_argnums"
                 )
-        return self._jitted(*args, **kwargs)
 
     def _split(
         self, args: Sequence[Any], kwargs: dict[str, Any]
