@@ -106,6 +106,21 @@ def measure(name: str, batch: int, dtype: str, repeats: int) -> dict[str, Any]:
     }
 
 
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The README table: times, and the ops eqsat's program is made of."""
+    lines = [
+        "| program | batch | dtype | jax.jit | eqsat.jit | speedup | eqsat's program |",
+        "|---|---:|---|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        ops = ", ".join(f"{n} {op}" if n > 1 else op for op, n in r["ops_after"].items() if op != "reshape")
+        lines.append(
+            f"| {r['program']} | {r['batch']} | {r['dtype']} | {r['jax_s'] * 1e3:.3f} ms | "
+            f"{r['eqsat_s'] * 1e3:.3f} ms | {r['speedup']:.2f}x | {ops} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -125,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 rows.append(row)
+    print(markdown(rows))
     print(f"wrote {write('mirage', {'repeats': args.repeats, 'rows': rows})}")
     return 0
 
