@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +26,7 @@ from eqsat.progress import ProgressBar
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import Iteration, Limits, SaturationReport, fresh_egraph, saturate
+from eqsat.speed import seconds
 from eqsat.text import DYNAMIC
 
 _STORED = ("cost_model", "cost_before", "cost_after", "note", "extractor")  # a cached report's fields
@@ -181,6 +183,7 @@ def optimize(
     verify: bool = False,
     extractor: str = "auto",
     cache: bool | None = None,
+    measure: bool = False,
 ) -> OptimizeResult:
     """Saturate ``program`` with ``rules`` (all by default; or themes/names), extract the cheapest under
     ``cost`` and return it. Within ``limits``, the best program found so far is returned; if that is
@@ -192,13 +195,15 @@ def optimize(
     saturation has run a second; False for none; or a function called with each ``Iteration``.
     ``cache``: reuse the result of an earlier process that optimized the same program the same way
     (see ``eqsat.cache``; default ``eqsat.config.enable_cache``); ``report.cache`` says what happened.
+    ``measure``: where the predicted gain is within the cost model's measured error (``CostModel.error``),
+    compile and time both programs on this device and keep the faster (``report.note`` says which).
     """
     if extractor not in EXTRACTORS:
         raise ValueError(f"unknown extractor {extractor!r} ({', '.join(EXTRACTORS)})")
     model = get_cost_model(cost)
     chosen = resolve(rules)
     limits = limits or Limits()
-    key, status = _cache_key(program, chosen, model, limits, extractor, cache)
+    key, status = _cache_key(program, chosen, model, limits, f"{extractor} measure={measure}", cache)
     result = _cached(key, program) if key else None
     if result is None:
         bar = ProgressBar(limits.max_iterations) if progress is None or progress is True else None
@@ -208,6 +213,8 @@ def optimize(
         finally:
             if bar is not None:
                 bar.close()
+        if measure:
+            result = _faster_as_measured(result, model)
         result.report.cache = _store(key, result, program) if key else status
     result.original = program
     result.options = {
@@ -216,6 +223,7 @@ def optimize(
         "limits": limits,
         "verify": verify,
         "extractor": extractor,
+        "measure": measure,
     }
     if verify and result.report.saturation.stop_reason != "error":
         from eqsat.verify import validate
@@ -243,6 +251,26 @@ def _optimized(
     if repeats is not None:
         return _optimize_repeats(repeats, chosen, model, limits, progress, extractor)
     return _optimize_whole(program, chosen, model, limits, progress, extractor)
+
+
+def _faster_as_measured(result: OptimizeResult, model: CostModel) -> OptimizeResult:
+    """``result``, or its input where the predicted gain is within ``model.error`` and the input runs
+    faster on this device (both timed)."""
+    report = result.report
+    uncertain = report.cost_before * math.exp(-model.error) < report.cost_after < report.cost_before
+    if result.program is result.original or not uncertain:
+        return result
+    t = time.perf_counter()
+    before, after = seconds([result.original, result.program])
+    report.timings["measure"] = time.perf_counter() - t
+    gain = f"predicted {report.cost_before / report.cost_after:.2f}x, measured {before / after:.2f}x"
+    if after < before:
+        report.note = "; ".join(filter(None, [report.note, f"{gain}: the optimized program is kept"]))
+        return result
+    note = "; ".join(filter(None, [report.note, f"{gain}: the input is returned"]))
+    return replace(
+        result, program=result.original, report=replace(report, cost_after=report.cost_before, note=note)
+    )
 
 
 def _cache_key(

@@ -41,14 +41,15 @@ class Jitted:
         cost: str | CostModel | Callable[..., float],
         limits: Limits | None,
         verify: bool,
-        static_argnums: Sequence[int],
-        static_argnames: Sequence[str],
+        measure: bool = False,
+        static_argnums: Sequence[int] = (),
+        static_argnames: Sequence[str] = (),
         jit_options: dict[str, Any] | None = None,
     ) -> None:
         self.fn = fn
         chosen = resolve(rules)  # an unknown rule name fails here, at decoration
         prepare(chosen)  # the rules start installing now, in the background: decorators run early
-        self.options = {"rules": chosen, "cost": get_cost_model(cost), "limits": limits}  # fails here too
+        self.options = {"rules": chosen, "cost": get_cost_model(cost), "limits": limits, "measure": measure}
         self.verify = verify
         self.static_argnums, self.static_argnames = _static_args(fn, static_argnums, static_argnames)
         self.results: dict[Any, OptimizeResult] = {}
@@ -172,6 +173,7 @@ def jit(
     cost: str | CostModel | Callable[..., float] = "roofline",
     limits: Limits | None = None,
     verify: bool = False,
+    measure: bool = False,
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
     donate_argnums: int | Sequence[int] | None = None,
@@ -187,7 +189,9 @@ def jit(
     passed either way, as with ``jax.jit``. ``donate_argnums``/``donate_argnames``,
     ``in_shardings``/``out_shardings`` (a sharded program runs over several devices: XLA partitions
     the optimized program as it would the original), ``keep_unused`` and ``compiler_options`` mean what
-    they mean to ``jax.jit``. Decorating starts installing the rule set in a background thread (once
+    they mean to ``jax.jit``. ``measure``: as in :func:`eqsat.optimize`, where the predicted gain is
+    within the cost model's error, both programs are timed on this device at the first call of a
+    signature and the faster is run. Decorating starts installing the rule set in a background thread (once
     per rule set and process), so the first call finds it ready; an unknown rule name fails here.
     """
     nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
@@ -208,6 +212,7 @@ def jit(
             cost=cost,
             limits=limits,
             verify=verify,
+            measure=measure,
             static_argnums=nums,
             static_argnames=names,
             jit_options=options,

@@ -21,6 +21,11 @@ class CostModel:
     """Base class: ``op_cost(op, attrs, inputs, output)`` for a canonical op name or ``"opaque"``."""
 
     name = "custom"
+    error = 0.0
+    """How far the model's predicted gains stray from measured ones, as a fraction (the 75th
+    percentile of |log(measured gain / predicted gain)| in ``bench.cost_accuracy`` on the development
+    machine): ``optimize(..., measure=True)`` times a gain smaller than this rather than trusting it.
+    0 (a model written elsewhere): never measured."""
 
     def op_cost(
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
@@ -62,6 +67,7 @@ class NodeCount(CostModel):
     """Every op costs 1: the smallest program wins."""
 
     name = "nodes"
+    error = 1.0  # bench.cost_accuracy: 1.00
 
     def op_cost(
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
@@ -87,6 +93,7 @@ class Flops(CostModel):
     """
 
     name = "flops"
+    error = 0.19  # bench.cost_accuracy, 2-core CPU: 0.19
 
     def __init__(self, bytes_weight: float = 1.0, per_op: float = 1.0) -> None:
         self.bytes_weight = bytes_weight
@@ -113,6 +120,8 @@ class Roofline(CostModel):
     A fused op (linear with its activation epilogue, fma, a flash-attention block step) is one kernel,
     so its epilogue pays no extra round trip to memory; view ops are free.
     """
+
+    error = 0.22  # bench.cost_accuracy, 2-core CPU: 0.22
 
     def __init__(self, device: str | Device | None = None) -> None:
         """``device``: a profile name from ``eqsat.devices`` (``calibrated``: this backend's, measured

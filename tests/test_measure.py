@@ -1,0 +1,71 @@
+"""``optimize(..., measure=True)``: where the predicted gain is within the cost model's error, both
+programs are timed on this device and the faster is kept."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqsat
+from eqsat import Builder
+from eqsat.cost import CostModel, Flops
+
+
+class PrefersBigProducts(CostModel):
+    """A model that is wrong on purpose: the larger a product's result, the cheaper it looks."""
+
+    name = "prefers-big-products"
+    error = 10.0  # no predicted gain is trusted
+
+    def op_cost(self, op, attrs, inputs, output):
+        return 1.0 / (1 + output.size)
+
+
+class UncertainFlops(Flops):
+    error = 10.0
+
+
+def _chain(slow_first: bool):
+    """A (B v) (two products of a vector) or (A B) v (a 512³ product first), A, B 512x512, v 512x1."""
+    b = Builder()
+    a, m, v = (b.input(n, s) for n, s in (("a", (512, 512)), ("b", (512, 512)), ("v", (512, 1))))
+    out = b.matmul(b.matmul(a, m), v) if slow_first else b.matmul(a, b.matmul(m, v))
+    return b.build(out)
+
+
+def test_a_wrong_prediction_is_caught_and_the_input_returned():
+    program = _chain(slow_first=False)
+    trusted = eqsat.optimize(program, cost=PrefersBigProducts(), cache=False)
+    assert trusted.program is not program  # the model's (slow) choice, taken on its word
+    measured = eqsat.optimize(program, cost=PrefersBigProducts(), cache=False, measure=True)
+    assert measured.program is program
+    assert "the input is returned" in measured.report.note
+    assert measured.report.cost_after == measured.report.cost_before
+    assert measured.report.timings["measure"] > 0
+
+
+def test_a_real_gain_is_measured_and_kept():
+    program = _chain(slow_first=True)
+    result = eqsat.optimize(program, cost=UncertainFlops(), cache=False, measure=True)
+    assert result.program is not program
+    assert "the optimized program is kept" in result.report.note
+
+
+def test_a_gain_beyond_the_models_error_is_not_measured():
+    result = eqsat.optimize(_chain(slow_first=True), cost="flops", cache=False, measure=True)
+    assert result.report.cost_after < result.report.cost_before * np.exp(-Flops.error)
+    assert "measure" not in result.report.timings
+
+
+def test_eqsat_jit_measures_at_the_first_call():
+    fn = eqsat.jit(lambda a, m, v: a @ (m @ v), cost=PrefersBigProducts(), measure=True)
+    args = [jnp.ones(s) for s in ((512, 512), (512, 512), (512, 1))]
+    np.testing.assert_allclose(fn(*args), args[0] @ (args[1] @ args[2]), rtol=1e-5)
+    (result,) = fn.results.values()
+    assert "the input is returned" in result.report.note
+
+
+@pytest.mark.parametrize("model", ["nodes", "flops", "roofline", "xla"])
+def test_built_in_models_state_their_measured_error(model):
+    assert 0 < eqsat.cost.get_cost_model(model).error <= 1
