@@ -45,21 +45,21 @@ class Device:
 
     def peak(self, kind: str = "") -> float:
         """Flops per second of a kernel of ``kind`` (see ``ops.contraction_kind``)."""
-        known = dict(self.peaks)
-        parts = kind.split(":")
-        for key in (kind, f"{parts[0]}:{parts[-1]}"):
-            if key in known:
-                return known[key]
-        return self.peak_flops
+        return self._entry("", kind) or self.peak_flops
 
     def write_bandwidth(self, kind: str) -> float | None:
         """Bytes per second at which a product of ``kind`` writes its result (``write:dot:float32`` in
         ``peaks``), where the profile measured it."""
+        return self._entry("write:", kind)
+
+    def _entry(self, prefix: str, kind: str) -> float | None:
+        """The entry of ``peaks`` for ``prefix`` + ``kind``, else for its op and dtype alone
+        (``dot:attention:bfloat16`` falls back to ``dot:bfloat16``)."""
         known = dict(self.peaks)
         parts = kind.split(":")
         for key in (kind, f"{parts[0]}:{parts[-1]}"):
-            if f"write:{key}" in known:
-                return known[f"write:{key}"]
+            if prefix + key in known:
+                return known[prefix + key]
         return None
 
     def to_json(self) -> dict[str, Any]:

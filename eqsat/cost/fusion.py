@@ -146,7 +146,7 @@ class Fused:
         if not group.takes_producers:
             return own
         made = {id(v) for op in group.members for v in op.outputs}
-        read = {}  # what the root reads, by source value
+        read: dict[int, float] = {}  # what the root reads, by source value
         saved = 0.0  # bytes the root's own kernels count that it does not read
         for v in group.root.inputs:
             key, nbytes = self.source(v)
@@ -164,8 +164,8 @@ class Fused:
                 if key not in made and key not in read:
                     entering[key] = nbytes
         first = own[0]
-        bytes_ = first.bytes - saved + sum(entering.values())
-        return [Kernel(first.flops + flops, bytes_, first.loop_step, first.kind), *own[1:]]
+        fused = first._replace(flops=first.flops + flops, bytes=first.bytes - saved + sum(entering.values()))
+        return [fused, *own[1:]]
 
     def program_kernels(self) -> Iterator[Kernel]:
         """Every kernel the program runs, group by group."""
