@@ -4,17 +4,17 @@ accounting, JSON output."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+
+from eqsat.speed import per_call
 
 OUT = Path(__file__).resolve().parent
 
@@ -26,24 +26,11 @@ def interleaved(
     sample_s: float = 2e-3,
 ) -> dict[str, float]:
     """Seconds per call of each thunk (median over ``repeats`` samples, or ``statistic``), samples
-    interleaved (a, b, a, b, ...) after one warm-up each. A sample is one call, or for calls shorter
-    than ``sample_s`` as many calls as take about that long (as ``timeit`` autoranges): single calls
-    of tens of microseconds measure the timer and the scheduler more than the call."""
-    calls = {}
-    for k, fn in fns.items():
-        jax.block_until_ready(fn())
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        calls[k] = max(1, min(1000, math.ceil(sample_s / max(time.perf_counter() - t, 1e-9))))
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for k, fn in fns.items():
-            t = time.perf_counter()
-            for _ in range(calls[k]):
-                out = fn()
-            jax.block_until_ready(out)
-            times[k].append((time.perf_counter() - t) / calls[k])
-    return {k: statistic(v) for k, v in times.items()}
+    interleaved (a, b, a, b, ...) after one warm-up each (``eqsat.speed.per_call``). A sample is one
+    call, or for calls shorter than ``sample_s`` as many calls as take about that long (as ``timeit``
+    autoranges): single calls of tens of microseconds measure the timer and the scheduler more than
+    the call."""
+    return dict(zip(fns, per_call(list(fns.values()), repeats, statistic, sample_s), strict=True))
 
 
 def matmul_gflops(n: int = 2048, dtype: str = "float32", repeats: int = 5) -> float:

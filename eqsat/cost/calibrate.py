@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
@@ -31,27 +29,11 @@ from jax import lax
 from eqsat.config import write_atomically
 from eqsat.devices import Device, profile_path
 from eqsat.ops.base import contraction_kind
+from eqsat.speed import median_seconds
 
 from .models import Roofline, phases
 
 Progress = Callable[[str], None]
-
-
-def _seconds(fn: Callable[..., Any], *args: Any, samples: int = 5, sample_s: float = 5e-3) -> float:
-    """Median seconds per call of jitted ``fn(*args)``."""
-    run = jax.jit(fn)
-    jax.block_until_ready(run(*args))
-    t = time.perf_counter()
-    jax.block_until_ready(run(*args))
-    calls = max(1, min(1000, math.ceil(sample_s / max(time.perf_counter() - t, 1e-9))))
-    times = []
-    for _ in range(samples):
-        t = time.perf_counter()
-        for _ in range(calls):
-            out = run(*args)
-        jax.block_until_ready(out)
-        times.append((time.perf_counter() - t) / calls)
-    return statistics.median(times)
 
 
 def _random(shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
@@ -63,7 +45,7 @@ def dot_peak(dtype: Any, sizes: tuple[int, ...]) -> float:
     rates = []
     for n in sizes:
         a, b = _random((n, n), dtype), _random((n, n), dtype)
-        rates.append(2.0 * n**3 / _seconds(jnp.matmul, a, b))
+        rates.append(2.0 * n**3 / median_seconds(jnp.matmul, a, b))
     return max(rates)
 
 
@@ -74,7 +56,7 @@ def dot_write_bandwidth(dtype: Any, peak: float, size: int) -> float:
     a, b = _random((4, size, 64), dtype), _random((4, 64, size), dtype)
     flops = 2.0 * 4 * size * size * 64
     written = 4.0 * size * size * jnp.dtype(dtype).itemsize
-    return written / max(_seconds(jnp.matmul, a, b) - flops / peak, written / 1e12)
+    return written / max(median_seconds(jnp.matmul, a, b) - flops / peak, written / 1e12)
 
 
 def conv_peak(layout: str, batch: int) -> float:
@@ -87,7 +69,7 @@ def conv_peak(layout: str, batch: int) -> float:
     def conv(x: jax.Array, w: jax.Array) -> jax.Array:
         return lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dims)
 
-    return 2.0 * batch * hw * hw * c * c * 9 / _seconds(conv, _random(shape), _random(kernel))
+    return 2.0 * batch * hw * hw * c * c * 9 / median_seconds(conv, _random(shape), _random(kernel))
 
 
 def add_bandwidth(nbytes: float, floor_s: float = 0.0) -> float:
@@ -95,7 +77,7 @@ def add_bandwidth(nbytes: float, floor_s: float = 0.0) -> float:
     ``floor_s`` per call (the cost of calling a kernel that moves nothing)."""
     n = max(1, int(nbytes / 12))
     x, y = _random((n,)), _random((n,))
-    return 12.0 * n / max(_seconds(jnp.add, x, y) - floor_s, 1e-9)
+    return 12.0 * n / max(median_seconds(jnp.add, x, y) - floor_s, 1e-9)
 
 
 def kernel_cost(chain: int = 64) -> float:
@@ -107,8 +89,8 @@ def kernel_cost(chain: int = 64) -> float:
             x = jnp.tanh(x @ a)
         return x
 
-    long = _seconds(lambda x: products(x, chain), a)
-    short = _seconds(lambda x: products(x, 1), a)
+    long = median_seconds(lambda x: products(x, chain), a)
+    short = median_seconds(lambda x: products(x, 1), a)
     return max((long - short) / (chain - 1), 1e-8)
 
 
@@ -123,7 +105,7 @@ def loop_step_cost(device: Device, seq: int) -> float:
     types = ([t.type for t in op.inputs], op.output.type)
     predicted = Roofline(device).op_cost(op.name, op.attrs, *types)
     steps = sum(kernel.loop_step for kernel in phases(op.name, op.attrs, *types))
-    measured = _seconds(lower(program), *(_random((1, 4, seq, 64)) for _ in range(3)))
+    measured = median_seconds(lower(program), *(_random((1, 4, seq, 64)) for _ in range(3)))
     return max((measured - predicted) / max(steps, 1), 0.0)
 
 
@@ -153,7 +135,7 @@ def attention_peak(device: Device, dtype: str, seq: int) -> float:
     unbounded = replace(device, peaks=(*device.peaks, (kind, math.inf)))
     rest = Roofline(unbounded).op_cost(op.name, op.attrs, *types)
     flops = sum(k.flops for k in phases(op.name, op.attrs, *types) if k.kind == kind)
-    measured = _seconds(lower(program), *(_random((1, 4, seq, 64), dtype) for _ in range(3)))
+    measured = median_seconds(lower(program), *(_random((1, 4, seq, 64), dtype) for _ in range(3)))
     return flops / max(measured - rest, flops / 1e15)
 
 
@@ -175,7 +157,7 @@ def calibrate(*, quick: bool = False, save: bool = True, progress: Progress | No
     say("kernel cost")
     launch = kernel_cost(16 if quick else 64)
     say("bandwidth")
-    floor = _seconds(jnp.add, _random((1,)), _random((1,)))
+    floor = median_seconds(jnp.add, _random((1,)), _random((1,)))
     largest = 2**26 if quick else 2**28  # bytes moved by the largest add
     stream = add_bandwidth(largest, floor)
     sweep = {2.0**k: add_bandwidth(2.0**k, floor) for k in range(20, int(math.log2(largest)), 2)}
