@@ -45,6 +45,7 @@ def _optimize(args: argparse.Namespace) -> int:
             verify=args.verify,
             extractor=args.extractor,
             cache=False if args.no_cache else None,
+            measure=args.measure,
         )
     finally:
         progress.close()
@@ -204,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--cost",
         default="roofline",
         help="cost model: nodes, flops, roofline (this JAX backend) or roofline:DEVICE "
-        "with DEVICE in cpu, h100, tpu-v5e, calibrated (default: roofline)",
+        "with DEVICE in cpu, h100, tpu-v5e, calibrated; xla or xla:DEVICE: the roofline over the kernels "
+        "XLA fuses (default: roofline)",
     )
     _limit_options(opt)
     opt.add_argument(
@@ -224,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "greedy", "ilp", "egglog"),
         help="auto: exact ILP up to 5000 e-nodes, else greedy; egglog: its own tree extraction, "
         "for reference (default: auto)",
+    )
+    opt.add_argument(
+        "--measure",
+        action="store_true",
+        help="where the predicted gain is within the cost model's measured error, time the input and the "
+        "optimized program on this device and keep the faster",
     )
     opt.add_argument(
         "--no-cache", action="store_true", help="neither reuse nor store the result (see `eqsat cache`)"

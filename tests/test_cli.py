@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from eqsat import Builder
 from eqsat.cli import main
 from eqsat.rules import RULESETS
 
@@ -98,3 +100,16 @@ def test_optimize_fails_for_a_program_that_cannot_run(tmp_path, capsys):
     path.write_text(text)
     assert main(["optimize", str(path), "-q"]) == 2
     assert "opaque op 'pd_op.mystery' has no JAX implementation" in capsys.readouterr().err
+
+
+def test_optimize_measures_a_gain_within_the_models_error(tmp_path, capsys):
+    """Two transposes that cancel after a large product: a gain of a few percent, within the
+    roofline's error, so it is timed, and the report says how it went."""
+    b = Builder()
+    x = b.input("x", (512, 512))
+    product = b.matmul(x, b.input("w", (512, 512)))
+    path = tmp_path / "program.txt"
+    path.write_text(str(b.build(b.transpose(b.transpose(product, perm=(1, 0)), perm=(1, 0)))))
+    assert main(["optimize", str(path), "--measure", "--no-cache", "-q"]) == 0
+    kept = "the (optimized program is kept|input is returned)"
+    assert re.search(rf"predicted \d+\.\d+x, measured \d+\.\d+x: {kept}", capsys.readouterr().out)
