@@ -121,6 +121,17 @@ class ProgramCache:
             return
         self.trim()
 
+    def hint(self, name: str) -> Path:
+        """A file whose presence says an entry was stored or read for ``name`` (a function, say): a
+        later process can expect a hit for it before it has a key."""
+        return self.directory / "hints" / _digest([name])
+
+    def mark(self, name: str) -> None:
+        """Leave ``hint(name)`` (a cache that cannot be written: nothing, silently)."""
+        with contextlib.suppress(OSError):
+            self.hint(name).parent.mkdir(parents=True, exist_ok=True)
+            self.hint(name).touch()
+
     def entries(self) -> list[Path]:
         """The entry files, least recently used first."""
         if not self.directory.is_dir():
@@ -152,7 +163,7 @@ class ProgramCache:
         for path in entries:
             path.unlink(missing_ok=True)
         if self.directory.is_dir():
-            for path in self.directory.glob(".*.tmp"):
+            for path in [*self.directory.glob(".*.tmp"), *self.directory.glob("hints/*")]:
                 path.unlink(missing_ok=True)
         return len(entries)
 

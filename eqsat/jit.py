@@ -15,6 +15,8 @@ from typing import Any
 import jax
 
 from eqsat.api import OptimizeResult, optimize
+from eqsat.cache import ProgramCache
+from eqsat.config import config
 from eqsat.cost import CostModel, get_cost_model
 from eqsat.errors import UnsupportedError
 from eqsat.frontend.jax import trace
@@ -48,7 +50,13 @@ class Jitted:
     ) -> None:
         self.fn = fn
         chosen = resolve(rules)  # an unknown rule name fails here, at decoration
-        prepare(chosen)  # the rules start installing now, in the background: decorators run early
+        self._hint = _hint(fn)
+        # the rules start installing now, in the background (decorators run early), unless an earlier
+        # process left optimized programs of this function: then its first call is likely a cache hit,
+        # which needs no rules, and installing them would only compete with it
+        self._likely_hit = config.enable_cache and ProgramCache().hint(self._hint).exists()
+        if not self._likely_hit:
+            prepare(chosen)
         self.options = {"rules": chosen, "cost": get_cost_model(cost), "limits": limits, "measure": measure}
         self.verify = verify
         self.static_argnums, self.static_argnames = _static_args(fn, static_argnums, static_argnames)
@@ -119,7 +127,8 @@ class Jitted:
             full = [static[i] if i in static else next(it) for i in range(len(args))]
             return self.fn(*full, **kw, **static_kw)
 
-        prepare(self.options["rules"])  # unless installed or on their way: install while we trace
+        if not self._likely_hit:
+            prepare(self.options["rules"])  # unless installed or on their way: install while we trace
         traced = trace(with_static, *specs[0], **specs[1])
         with jax.ensure_compile_time_eval():
             result = optimize(traced.program, verify=self.verify, **self.options)
@@ -130,9 +139,18 @@ class Jitted:
             tuple(sorted(static_kw.items())),
         )
         self.results[signature] = result
+        if result.report.cache in ("stored", "hit") and not self._likely_hit:
+            ProgramCache().mark(self._hint)
         leaves = jax.tree_util.tree_leaves((dynamic, dyn_kwargs))
         outs = lower(result.program)(*leaves, *traced.closed_over)
         return jax.tree_util.tree_unflatten(traced.out_tree, outs)
+
+
+def _hint(fn: Callable[..., Any]) -> str:
+    """What names ``fn`` across processes: its module, qualified name and where its code starts."""
+    code = getattr(fn, "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+    return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__name__)} {where}"
 
 
 def _spec(a: Any) -> jax.ShapeDtypeStruct:

@@ -199,23 +199,34 @@ def test_a_loaded_paddle_program_hits_in_a_second_process(tmp_path):
 
 
 def test_eqsat_jit_hits_in_a_second_process(tmp_path):
+    """The second process's decoration finds the hint the first left and installs no rules (egglog is
+    never imported); its first call hits."""
     script = textwrap.dedent(
         """
-        import jax, jax.numpy as jnp, eqsat
+        import sys, jax, jax.numpy as jnp, eqsat
         def f(x, w):
             return jax.nn.relu(x @ w) @ w.T
         x, w = jnp.ones((4, 8)), jnp.ones((8, 8))
         fn = eqsat.jit(f)
         fn(x, w)
         (result,) = fn.results.values()
-        print(result.report.cache)
+        print(result.report.cache, "egglog" in sys.modules)
         """
     )
     env = {**os.environ, "EQSAT_CACHE_DIR": str(tmp_path), "EQSAT_ENABLE_CACHE": "1"}
     outs = [
         subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True) for _ in "12"
     ]
-    assert [o.stdout.strip() for o in outs] == ["stored", "hit"], [o.stderr[-2000:] for o in outs]
+    assert [o.stdout.strip() for o in outs] == ["stored True", "hit False"], [o.stderr[-2000:] for o in outs]
+
+
+def test_hints_are_left_and_cleared(tmp_path):
+    store = ProgramCache(tmp_path)
+    assert not store.hint("module.f file.py:3").exists()
+    store.mark("module.f file.py:3")
+    assert store.hint("module.f file.py:3").exists()
+    store.clear()
+    assert not store.hint("module.f file.py:3").exists()
 
 
 def test_config_update_converts_and_refuses_unknown_names(monkeypatch):
