@@ -114,23 +114,23 @@ def _canonical_hlo(text: str) -> str:
 def measure(name: str, case: Case) -> dict[str, Any]:
     """The program's candidates (the input and each model's choice), their times and predicted costs."""
     fn, args = case()
-    program = fn if isinstance(fn, eqsat.Program) else eqsat.from_jax(fn, *args)
+    program = eqsat.from_jax(fn, *args)
     leaves = jax.tree_util.tree_leaves(args)
     candidates = {"input": program}
+    by_text = {str(program): "input"}  # one candidate per program text
     chosen: dict[str, str] = {}
     extractors: dict[str, Any] = dict(MODELS) | {f"random{i}": perturbed(i) for i in range(PERTURBED)}
     for label, model in extractors.items():
         extracted = eqsat.optimize(program, cost=model, cache=False).program
-        text = str(extracted)
-        same = next((k for k, p in candidates.items() if str(p) == text), None)
-        chosen[label] = same or label
-        if same is None:
+        chosen[label] = by_text.setdefault(str(extracted), label)
+        if chosen[label] == label:
             candidates[label] = extracted
     compiled = {k: jax.jit(lower(p)).lower(*leaves).compile() for k, p in candidates.items()}
+    hlo = {k: _canonical_hlo(c.as_text()) for k, c in compiled.items()}
     executables: dict[str, str] = {}  # one candidate per program XLA runs
-    for k, c in compiled.items():
-        executables.setdefault(_canonical_hlo(c.as_text()), k)
-    same_as = {k: executables[_canonical_hlo(c.as_text())] for k, c in compiled.items()}
+    for k, text in hlo.items():
+        executables.setdefault(text, k)
+    same_as = {k: executables[text] for k, text in hlo.items()}
     chosen = {label: same_as[k] for label, k in chosen.items()}
     candidates = {k: p for k, p in candidates.items() if same_as[k] == k}
     thunks = {k: functools.partial(compiled[k], *leaves) for k in candidates}

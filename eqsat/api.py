@@ -263,14 +263,13 @@ def _faster_as_measured(result: OptimizeResult, model: CostModel) -> OptimizeRes
     t = time.perf_counter()
     before, after = seconds([result.original, result.program])
     report.timings["measure"] = time.perf_counter() - t
+    kept = after < before
     gain = f"predicted {report.cost_before / report.cost_after:.2f}x, measured {before / after:.2f}x"
-    if after < before:
-        report.note = "; ".join(filter(None, [report.note, f"{gain}: the optimized program is kept"]))
+    verdict = f"{gain}: the {'optimized program is kept' if kept else 'input is returned'}"
+    report.note = "; ".join(filter(None, [report.note, verdict]))
+    if kept:
         return result
-    note = "; ".join(filter(None, [report.note, f"{gain}: the input is returned"]))
-    return replace(
-        result, program=result.original, report=replace(report, cost_after=report.cost_before, note=note)
-    )
+    return replace(result, program=result.original, report=replace(report, cost_after=report.cost_before))
 
 
 def _cache_key(
