@@ -71,22 +71,24 @@ class Line:
     region_args: tuple[tuple[str, ...], ...] = ()  # each region's block arguments (``while``: loop values)
 
 
-def split_top(text: str, sep: str = ",") -> list[str]:
-    """Split on ``sep`` outside brackets; empty input gives an empty list."""
+_TOP_LEVEL = re.compile(r"[,()\[\]{}<>]")
+
+
+def split_top(text: str) -> list[str]:
+    """Split on commas outside brackets; empty input gives an empty list."""
     parts: list[str] = []
-    cur: list[str] = []
-    depth = 0
-    for ch in text:
-        if ch in "([{<":
+    depth = start = 0
+    for m in _TOP_LEVEL.finditer(text):
+        ch = m.group()
+        if ch == ",":
+            if depth == 0:
+                parts.append(text[start : m.start()].strip())
+                start = m.end()
+        elif ch in "([{<":
             depth += 1
-        elif ch in ")]}>":
-            depth -= 1
-        if ch == sep and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
         else:
-            cur.append(ch)
-    tail = "".join(cur).strip()
+            depth -= 1
+    tail = text[start:].strip()
     if tail or parts:
         parts.append(tail)
     return parts
