@@ -3,12 +3,16 @@ derives from it, and every framework spelling maps to exactly one place."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections import Counter
 
+import jax
+import numpy as np
 import pytest
 
 import eqsat
+from eqsat import lowering
 from eqsat.egraph import schema
 from eqsat.frontend import jax as jax_frontend
 from eqsat.frontend import pir
@@ -66,3 +70,34 @@ def test_a_paddle_spelling_loads_as_its_op(spelling: str, op: OpDef):
     lines.append(f' () = "pd_op.fetch" (%9) {{name:out}} : ({out}) -> {out}')
     program = eqsat.parse_pir("{\n" + "\n".join(lines) + "\n}")
     assert [o.name for o in program.live_ops()] == [op.name]
+
+
+def _stacked_norms(layers: int, bound_scale: bool) -> eqsat.Program:
+    """``layers`` layer norms of one signature, one after the other."""
+    b = eqsat.Builder()
+    y = b.input("x", (4, 8))
+    scale = b.param("scale", (8,), data=np.full(8, 2.0) if bound_scale else None)
+    bias = b.param("bias", (8,))
+    for _ in range(layers):
+        y = b.layer_norm(y, scale, bias, epsilon=1e-5)
+    return b.build(y)
+
+
+@pytest.mark.parametrize("bound_scale", [False, True])
+def test_a_repeated_fused_op_is_traced_once_unless_an_operand_is_known(monkeypatch, bound_scale):
+    """A model's layers trace each fused op once (a nested jit, inlined in MLIR); an operand known at
+    trace time leaves each op to its lowering, which may specialize on it. The results are the same."""
+    program = _stacked_norms(3, bound_scale)
+    norm, traced = LOWERINGS["layer_norm"], []
+    monkeypatch.setitem(LOWERINGS, "layer_norm", lambda *a, **k: traced.append(1) or norm(*a, **k))
+    monkeypatch.setattr(lowering, "_staged", functools.lru_cache(lowering._staged.__wrapped__))
+    rng = np.random.default_rng(0)
+    args = [rng.normal(size=(4, 8)).astype(np.float32)] + [rng.normal(size=8).astype(np.float32)] * (
+        1 if bound_scale else 2
+    )
+    jaxpr = jax.make_jaxpr(lowering.lower(program))(*args)
+    assert len(traced) == (3 if bound_scale else 1)
+    assert sum(e.primitive.name in ("jit", "pjit") for e in jaxpr.eqns) == (0 if bound_scale else 3)
+    (got,) = jax.jit(lowering.lower(program))(*args)
+    (want,) = lowering.reference(program)(*args)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -116,6 +116,12 @@ class OpDef:
         return "free" if self.view else "loop" if self.elementwise else "kernel"
 
     @property
+    def composite(self) -> bool:
+        """Its lowering emits several primitives: a fused op (a normalization, a softmax, attention, a
+        product with its bias or epilogue)."""
+        return self.phases is not None or (bool(self.contraction) and self.arity > 2)
+
+    @property
     def ctor(self) -> str:
         """The egglog constructor name: ``reduce_max`` -> ``ReduceMax``."""
         return "".join(part.capitalize() for part in self.name.split("_"))
