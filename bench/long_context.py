@@ -4,7 +4,8 @@ jax.jit, forward and training step.
 Causal attention is written as libraries write it (``einsum`` in BSHD layout, a ``jnp.where`` mask
 from ``arange``, ``jax.nn.softmax``), 8 heads of 64. A training step is ``jax.value_and_grad`` of a
 loss through the function: ``jax.jit(value_and_grad(eqsat.jit(loss)))`` against
-``jax.jit(value_and_grad(loss))``. Times are medians of interleaved calls in one process; peak memory
+``jax.jit(value_and_grad(loss))``, and a second jax.jit of the same (``noise``: the row's jax.jit
+against itself). Times are medians of interleaved calls in one process; peak memory
 is the growth of peak RSS during one call in a fresh process (``bench.memory``), measured first: a
 side that runs out of memory there is recorded as such and not timed. Each row also gives the rate
 both sides reach, in GFLOP/s of the program as written (XLA's flop count of jax.jit's program), next
@@ -83,10 +84,11 @@ def build(case: str) -> tuple[Variants, tuple[Any, ...]]:
 
         argnums = (0,)
     if mode == "forward":
-        return {"eqsat": eqsat.jit(forward), "jax": jax.jit(forward)}, args
+        return {"eqsat": eqsat.jit(forward), "jax": jax.jit(forward), "jax_again": jax.jit(forward)}, args
     return {
         "eqsat": jax.jit(jax.value_and_grad(eqsat.jit(loss), argnums=argnums)),
         "jax": jax.jit(jax.value_and_grad(loss, argnums=argnums)),
+        "jax_again": jax.jit(jax.value_and_grad(loss, argnums=argnums)),
     }, args
 
 
@@ -112,6 +114,7 @@ def _dtype(case: str) -> str:
 
 def measure(case: str, repeats: int = REPEATS) -> dict[str, Any]:
     memory = {v: _memory(case, v) for v in ("eqsat", "jax")}
+    memory["jax_again"] = memory["jax"]  # the same program: a second jax.jit, this row's noise
     fns, args = build(case)
     runs = {v: (lambda fn=fn: fn(*args)) for v, fn in fns.items() if memory[v] is not None}
     times = interleaved(runs, repeats) if runs else {}
@@ -122,8 +125,10 @@ def measure(case: str, repeats: int = REPEATS) -> dict[str, Any]:
         row[f"{v}_s"] = times.get(v)
         row[f"{v}_peak_rss_bytes"] = memory[v]
         row[f"{v}_gflops"] = gflop / times[v] if v in times else None
-    if len(times) == 2:
+    row["jax_again_s"] = times.get("jax_again")
+    if len(times) == 3:
         row["speedup"] = times["jax"] / times["eqsat"]
+        row["noise"] = times["jax"] / times["jax_again"]
         row["max_abs_diff"] = max_abs_diff(runs["eqsat"](), runs["jax"]())
     if memory["eqsat"] and memory["jax"]:
         row["memory_ratio"] = memory["jax"] / memory["eqsat"]

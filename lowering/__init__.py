@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import numpy as np
 
 from eqsat.errors import UnsupportedError
-from eqsat.ir import Op, Program
+from eqsat.ir import Op, Program, Value
 from eqsat.ops import OPS, Lowering
+from eqsat.ops.linear import matmul_of_transposed
 from eqsat.types import FLOAT_DTYPES, OPAQUE
 
 from .registry import OPAQUE_LOWERINGS, RESULT_TYPES, register_opaque
@@ -102,6 +104,56 @@ def _run_repeats_staged(ops: list[Op]) -> Callable[[Op, list[Any]], tuple[Any, .
     return run
 
 
+@dataclass(frozen=True)
+class _Transposed:
+    """A transpose that only products read, not made: each folds ``perm`` into its dimension numbers."""
+
+    source: Any
+    perm: tuple[int, ...]
+
+
+def _products_read_transposes(
+    ops: list[Op], outputs: list[Value], run: Callable[[Op, list[Any]], tuple[Any, ...]]
+) -> Callable[[Op, list[Any]], tuple[Any, ...]]:
+    """``run``, except that a transpose of a traced value whose every reader is a ``matmul`` (and that is
+    no output) is not made: the products read its operand in place, the permutation in their dimension
+    numbers (``matmul_of_transposed``), as ``jnp.einsum`` writes a product of permuted operands. Same
+    result; XLA:CPU runs a half-precision product of explicit transposes in float32, twice as slow."""
+    readers: dict[int, list[Op]] = defaultdict(list)
+    for op in ops:
+        for v in op.inputs:
+            readers[id(v)].append(op)
+    outs = {id(v) for v in outputs}
+    folded = {
+        id(op)
+        for op in ops
+        if op.name == "transpose"
+        and id(op.outputs[0]) not in outs
+        and readers[id(op.outputs[0])]
+        and all(r.name == "matmul" for r in readers[id(op.outputs[0])])
+    }
+
+    def folding(op: Op, args: list[Any]) -> tuple[Any, ...]:
+        if id(op) in folded and not isinstance(args[0], np.ndarray | np.generic):
+            return (_Transposed(args[0], tuple(op.attrs["perm"])),)
+        if not any(isinstance(a, _Transposed) for a in args):
+            return run(op, args)
+        x, y = args
+        out = matmul_of_transposed(
+            x.source if isinstance(x, _Transposed) else x,
+            y.source if isinstance(y, _Transposed) else y,
+            perm_x=x.perm if isinstance(x, _Transposed) else None,
+            perm_y=y.perm if isinstance(y, _Transposed) else None,
+            **op.attrs,
+        )
+        if out is not None:
+            return (out,)
+        made = [jax.numpy.transpose(a.source, a.perm) if isinstance(a, _Transposed) else a for a in args]
+        return run(op, made)
+
+    return folding
+
+
 @functools.lru_cache(maxsize=4096)
 def _staged(name: str, attrs: tuple[tuple[str, Any], ...]) -> Callable[..., Any]:
     return jax.jit(functools.partial(LOWERINGS[name], **dict(attrs)), inline=True)
@@ -134,7 +186,8 @@ def lower(program: Program) -> Callable[..., tuple[jax.Array, ...]]:
 
     Parameters without a value become trailing arguments, in ``program.params`` order.
     """
-    return _lowered(program, _run_repeats_staged(program.live_ops()))
+    ops = program.live_ops()
+    return _lowered(program, _products_read_transposes(ops, program.outputs, _run_repeats_staged(ops)))
 
 
 def _lowered(

@@ -17,6 +17,7 @@ from eqsat.egraph import schema
 from eqsat.frontend import jax as jax_frontend
 from eqsat.frontend import pir
 from eqsat.lowering import LOWERINGS
+from eqsat.numerics import random_array
 from eqsat.ops import OPS, OpDef
 from eqsat.shapes import ShapeRule
 
@@ -101,3 +102,30 @@ def test_a_repeated_fused_op_is_traced_once_unless_an_operand_is_known(monkeypat
     (got,) = jax.jit(lowering.lower(program))(*args)
     (want,) = lowering.reference(program)(*args)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _product_of_transposes(dtype: str, batch_y: int, also_added: bool) -> eqsat.Program:
+    """``transpose(q) @ transpose(k)``, as einsum-written attention scores become (q, k: B, S, H, D)."""
+    b = eqsat.Builder()
+    q = b.input("q", (2, 5, 3, 4), dtype)
+    k = b.input("k", (batch_y, 6, 3, 4), dtype)
+    qt = b.transpose(q, perm=(0, 2, 1, 3))
+    kt = b.transpose(k, perm=(0, 2, 3, 1))
+    scores = b.matmul(qt, kt, dtype=dtype)
+    return b.build(scores, b.add(qt, qt)) if also_added else b.build(scores)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize(("batch_y", "also_added", "made"), [(2, False, 0), (1, False, 2), (2, True, 1)])
+def test_a_product_reads_its_transposed_operands_in_place(dtype, batch_y, also_added, made):
+    """A transpose only products read is folded into their dimension numbers (none made); one whose
+    batch dims broadcast, or that another op reads, is made. The results are the program's."""
+    program = _product_of_transposes("int32" if dtype == "int8" else dtype, batch_y, also_added)
+    rng = np.random.default_rng(0)
+    args = [random_array(v.type, rng) for v in program.inputs]
+    jaxpr = jax.make_jaxpr(lowering.lower(program))(*args)
+    written = [e for e in jaxpr.eqns if e.primitive.name == "transpose" and e.invars[0] in jaxpr.jaxpr.invars]
+    assert len(written) == made
+    got = jax.jit(lowering.lower(program))(*args)
+    for g, want in zip(got, lowering.reference(program)(*args), strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(want, np.float64), rtol=1e-2)

@@ -95,6 +95,30 @@ def matmul(x: Array, y: Array, *, transpose_x: int, transpose_y: int, dtype: str
     return jnp.einsum(f"{lhs},{rhs}->...mn", x, y, preferred_element_type=dtype)
 
 
+def matmul_of_transposed(
+    x: Array,
+    y: Array,
+    *,
+    perm_x: Sequence[int] | None,
+    perm_y: Sequence[int] | None,
+    transpose_x: int,
+    transpose_y: int,
+    dtype: str,
+) -> Array | None:
+    """``matmul(transpose(x, perm_x), transpose(y, perm_y))`` (None: not transposed) as one product of
+    ``x`` and ``y`` whose dimension numbers hold the permutations, as ``jnp.einsum`` writes it; None
+    where the batch dims broadcast (the transposes are then made). XLA:CPU computes a half-precision
+    product of explicitly transposed operands in float32, at half the speed."""
+    px = tuple(perm_x) if perm_x is not None else tuple(range(x.ndim))
+    py = tuple(perm_y) if perm_y is not None else tuple(range(y.ndim))
+    if len(px) != len(py) or [x.shape[d] for d in px[:-2]] != [y.shape[d] for d in py[:-2]]:
+        return None
+    kx = px[-2] if transpose_x else px[-1]
+    ky = py[-1] if transpose_y else py[-2]
+    dims = (((kx,), (ky,)), (px[:-2], py[:-2]))
+    return jax.lax.dot_general(x, y, dims, preferred_element_type=jnp.dtype(dtype))
+
+
 def _linear(x: Array, w: Array, b: Array, *, transpose_y: int, act: str, dtype: str) -> Array:
     return ACTIVATIONS[act](matmul(x, w, transpose_x=0, transpose_y=transpose_y, dtype=dtype) + b)
 
