@@ -135,16 +135,18 @@ def _products_read_transposes(
 
     def folding(op: Op, args: list[Any]) -> tuple[Any, ...]:
         if id(op) in folded and not isinstance(args[0], np.ndarray | np.generic):
-            return (_Transposed(args[0], tuple(op.attrs["perm"])),)
+            attrs: dict[str, Any] = op.attrs
+            return (_Transposed(args[0], attrs["perm"]),)
         if not any(isinstance(a, _Transposed) for a in args):
             return run(op, args)
         x, y = args
+        flags: dict[str, Any] = op.attrs
         out = matmul_of_transposed(
             x.source if isinstance(x, _Transposed) else x,
             y.source if isinstance(y, _Transposed) else y,
             perm_x=x.perm if isinstance(x, _Transposed) else None,
             perm_y=y.perm if isinstance(y, _Transposed) else None,
-            **op.attrs,
+            **flags,
         )
         if out is not None:
             return (out,)
