@@ -96,12 +96,19 @@ DEVICES: dict[str, Device] = {
         cache_bytes=(256 if FUSED_CPU_ATTENTION else 32) * 2**20,
         cache_bandwidth=1.0e11,
         loop_step_s=1.5e-4,
+        peaks=(
+            ("dot:attention:bfloat16", 1.12 * 1.26e11),
+            ("dot:bfloat16", 1.94 * 1.26e11),
+            ("dot:widened:bfloat16", 1.26e11),
+        ),
         source="measured here (AMD EPYC, 2 cores, 32 MiB L3, jax 0.10-0.12): f32 2048² matmul 126-430 "
         "GFLOP/s (a shared machine); streaming ~10 GB/s; ~5-7 µs per small XLA:CPU kernel; flash attention "
         "~0.3 ms slower than naive at S=512. cache_bytes is an effective value, fitted: from jax 0.11 "
         "XLA:CPU fuses naive attention into one kernel, so its S×S traffic reaches DRAM only from S≈4096 "
         "(flash's cache-sized exact blocks tie with it at S=1024 and win from S=2048); before, its scores "
-        "stream through the 32 MiB L3 (bench/rewrites.py)",
+        "stream through the 32 MiB L3 (bench/rewrites.py). bfloat16 products run at 1.94x float32's "
+        "rate, naive attention's at 1.12x, and those accumulated in float32 (flash's) at float32's: "
+        "XLA:CPU computes them in float32 (ratios from eqsat.calibrate, jax 0.12)",
     ),
     "h100": Device(
         "h100",

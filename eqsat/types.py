@@ -74,10 +74,11 @@ class TensorType:
 
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+HALF_DTYPES = frozenset({"float16", "bfloat16"})
 # The op no rule touches: a framework op eqsat does not know, kept with its name, attributes and types.
 OPAQUE = "opaque"
 
 
 def accumulation_dtype(dtype: str) -> str:
     """float32 for half precision, else ``dtype`` itself."""
-    return "float32" if dtype in ("float16", "bfloat16") else dtype
+    return "float32" if dtype in HALF_DTYPES else dtype

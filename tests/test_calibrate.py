@@ -40,6 +40,8 @@ def test_calibrate_measures_every_parameter(measured):
     assert set(dict(measured.peaks)) == {
         "dot:bfloat16",
         "dot:float16",
+        "dot:widened:bfloat16",
+        "dot:widened:float16",
         "dot:attention:float32",
         "dot:attention:bfloat16",
         "conv:NCHW:float32",
@@ -110,8 +112,9 @@ def test_a_profile_with_a_negative_peak_is_refused():
 
 def test_dot_and_conv_kernels_carry_their_kind():
     bf16 = TensorType((8, 8), "bfloat16")
-    matmul = OPS["matmul"].cost_phases([bf16, bf16], TensorType((8, 8), "float32"), {})
-    assert [k.kind for k in matmul] == ["dot:bfloat16"]
+    for result, kind in (("bfloat16", "dot:bfloat16"), ("float32", "dot:widened:bfloat16")):
+        matmul = OPS["matmul"].cost_phases([bf16, bf16], TensorType((8, 8), result), {})
+        assert [k.kind for k in matmul] == [kind]
     x, w = TensorType((1, 4, 4, 2), "float32"), TensorType((3, 3, 2, 5), "float32")
     conv = OPS["conv2d"].cost_phases([x, w], TensorType((1, 2, 2, 5), "float32"), {"layout": "NHWC"})
     assert [k.kind for k in conv] == ["conv:NHWC:float32"]
@@ -127,3 +130,17 @@ def test_cli_calibrate_prints_the_profile(cache_dir, capsys):
     assert main(["calibrate", "--quick", "--no-save"]) == 0
     assert json.loads(capsys.readouterr().out)["name"] == "calibrated:cpu"
     assert not profile_path().exists()
+
+
+def test_on_cpu_a_half_precision_product_accumulated_in_float32_runs_at_float32s_rate():
+    """The built-in CPU profile: XLA:CPU runs a bfloat16 product returned in bfloat16 at about twice
+    float32's rate, and computes one returned in float32 (flash attention's blocks) in float32."""
+    cpu = DEVICES["cpu"]
+    assert cpu.peak("dot:bfloat16") > 1.5 * cpu.peak("dot:float32")
+    assert cpu.peak("dot:widened:bfloat16") == cpu.peak("dot:float32") == cpu.peak_flops
+    q = TensorType((8, 1024, 64), "bfloat16")
+    attrs = {"causal": 1, "scale": 0.125, "fill": float("-inf"), "divisor": 1.0, "zero_masked": 0}
+    flash = OPS["flash_attention"].cost_phases(
+        [q, q, q, TensorType((), "bfloat16"), TensorType((), "bool")], q, attrs
+    )
+    assert {k.kind for k in flash} == {"dot:widened:bfloat16"}

@@ -13,6 +13,7 @@ edit it, or delete it to return to the built-in profile.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -40,12 +41,14 @@ def _random(shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
     return jnp.asarray(np.random.default_rng(0).standard_normal(shape), dtype)
 
 
-def dot_peak(dtype: Any, sizes: tuple[int, ...]) -> float:
-    """Flops per second of the fastest of square matrix products of ``sizes``."""
+def dot_peak(dtype: Any, sizes: tuple[int, ...], result: Any = None) -> float:
+    """Flops per second of the fastest of square matrix products of ``sizes`` (returned as
+    ``result``: by default ``dtype``)."""
+    product = functools.partial(jnp.matmul, preferred_element_type=result)
     rates = []
     for n in sizes:
         a, b = _random((n, n), dtype), _random((n, n), dtype)
-        rates.append(2.0 * n**3 / median_seconds(jnp.matmul, a, b))
+        rates.append(2.0 * n**3 / median_seconds(product, a, b))
     return max(rates)
 
 
@@ -148,6 +151,7 @@ def calibrate(*, quick: bool = False, save: bool = True, progress: Progress | No
     say("dot peaks")
     peak = dot_peak(jnp.float32, sizes)
     peaks = {f"dot:{d}": dot_peak(d, sizes) for d in ("bfloat16", "float16")}
+    peaks |= {f"dot:widened:{d}": dot_peak(d, sizes, jnp.float32) for d in ("bfloat16", "float16")}
     say("product writes")
     for d in ("float32", "bfloat16", "float16"):
         peaks[f"write:dot:{d}"] = dot_write_bandwidth(d, peaks.get(f"dot:{d}", peak), 512 if quick else 1024)

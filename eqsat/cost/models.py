@@ -67,7 +67,7 @@ class NodeCount(CostModel):
     """Every op costs 1: the smallest program wins."""
 
     name = "nodes"
-    error = 1.0  # bench.cost_accuracy: 1.00
+    error = 0.96  # bench.cost_accuracy: 0.96
 
     def op_cost(
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
@@ -93,7 +93,7 @@ class Flops(CostModel):
     """
 
     name = "flops"
-    error = 0.19  # bench.cost_accuracy, 2-core CPU: 0.19
+    error = 0.18  # bench.cost_accuracy, 2-core CPU: 0.18
 
     def __init__(self, bytes_weight: float = 1.0, per_op: float = 1.0) -> None:
         self.bytes_weight = bytes_weight
@@ -121,7 +121,7 @@ class Roofline(CostModel):
     so its epilogue pays no extra round trip to memory; view ops are free.
     """
 
-    error = 0.22  # bench.cost_accuracy, 2-core CPU: 0.22
+    error = 0.25  # bench.cost_accuracy, 2-core CPU: 0.25
 
     def __init__(self, device: str | Device | None = None) -> None:
         """``device``: a profile name from ``eqsat.devices`` (``calibrated``: this backend's, measured

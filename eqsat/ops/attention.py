@@ -31,7 +31,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast, broadcasts_to
 from eqsat.types import FLOAT_DTYPES, TensorType
 
-from .base import ACCUMULATE, RESULT_DTYPE, Attr, Kernel, OpDef, PhasesFn, contraction_kind
+from .base import ACCUMULATE, RESULT_DTYPE, Attr, Kernel, OpDef, PhasesFn, contraction_kind, product_kind
 from .flash import Blocks, Masking, blocked_attention, flash_blocks, flash_key_blocks
 from .linear import matmul
 
@@ -112,16 +112,15 @@ def _scores(q: Array, k: Array, bias: Array, *, scale: float, divisor: float, dt
     return s if _known(bias, 0) else s + bias
 
 
-def _dot(t: TensorType) -> str:
-    return contraction_kind("dot", t.dtype)
-
-
 def _scores_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
     """As written: the product, then a pass scaling it (unless the scale is 1), then one adding the
     bias (unless it is a scalar, which XLA folds into the product's output)."""
     q, k, bias = ins
     product = Kernel(
-        2.0 * out.size * q.shape[-1], q.nbytes + k.nbytes + out.nbytes, kind=_dot(q), written=out.nbytes
+        2.0 * out.size * q.shape[-1],
+        q.nbytes + k.nbytes + out.nbytes,
+        kind=product_kind(q.dtype, out.dtype),
+        written=out.nbytes,
     )
     kernels = [product]
     for factor in ("scale", "divisor"):
@@ -174,7 +173,8 @@ def _attention_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -
 def _flash_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
     """One fused step per (query block, key block) it visits — under a causal mask, only the key
     blocks at or before the query block's last row: its share of the work, the key/value block it
-    reads, and the f32 accumulator and (max, sum) stats it reads and writes."""
+    reads, and the f32 accumulator and (max, sum) stats it reads and writes. Its products accumulate
+    in float32 (``dot:widened:<dtype>`` for half-precision operands)."""
     q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
     rows = prod(q[:-2])
     bq, bk, nq, nk = flash_blocks(rows, q[-2], k[-2])
@@ -182,7 +182,7 @@ def _flash_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> li
     state = 4.0 * rows * bq * (v[-1] + 2)
     io = sum(t.nbytes for t in ins) + out.nbytes
     flops = _attention_flops(ins, out, attrs) / max(nq * nk, 1)
-    return [Kernel(flops, io / nk + 2 * state, True, _dot(ins[0]))] * steps
+    return [Kernel(flops, io / nk + 2 * state, True, product_kind(ins[0].dtype, "float32"))] * steps
 
 
 def _attention_operands(types: Sequence[TensorType], attrs: dict) -> str | None:

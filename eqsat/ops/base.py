@@ -13,7 +13,7 @@ import numpy as np
 from eqsat.errors import ShapeError
 from eqsat.shapes import SameAs, ShapeRule
 from eqsat.text import AttrValue
-from eqsat.types import DTYPES, FLOAT_DTYPES, TensorType, accumulation_dtype
+from eqsat.types import DTYPES, FLOAT_DTYPES, HALF_DTYPES, TensorType, accumulation_dtype
 
 VARIADIC = -1
 Fusion = Literal["free", "loop", "reduce", "kernel"]
@@ -50,6 +50,14 @@ def contraction_kind(op: str, dtype: str, layout: str = "") -> str:
     """The kind of a dot (``op`` "dot") or conv kernel over operands of ``dtype``: a device profile
     may give its peak (``Device.peaks``)."""
     return ":".join(part for part in (op, layout, dtype) if part)
+
+
+def product_kind(operands: str, result: str) -> str:
+    """The kind of a dot over ``operands`` returning ``result``: ``dot:<operands>``, or
+    ``dot:widened:<operands>`` for half-precision operands accumulated in a wider result (XLA:CPU
+    computes that product in float32, at float32's rate, where a half-precision result is not)."""
+    widened = operands in HALF_DTYPES and result not in HALF_DTYPES
+    return contraction_kind("dot", operands, "widened" if widened else "")
 
 
 PhasesFn = Callable[[Sequence[TensorType], TensorType, dict], list[Kernel]]
@@ -134,7 +142,11 @@ class OpDef:
             return self.phases(ins, out, attrs)
         if not self.contraction:
             return [Kernel(self.flops(ins, out, attrs), self.bytes(ins, out, attrs))]
-        kind = contraction_kind(self.contraction, ins[0].dtype, str(attrs.get("layout", "")))
+        kind = (
+            product_kind(ins[0].dtype, out.dtype)
+            if self.contraction == "dot"
+            else contraction_kind(self.contraction, ins[0].dtype, str(attrs.get("layout", "")))
+        )
         flops, nbytes = self.flops(ins, out, attrs), self.bytes(ins, out, attrs)
         return [Kernel(flops, nbytes, kind=kind, written=float(out.nbytes))]
 
