@@ -87,19 +87,20 @@ class Device:
         return cls(str(values["name"]), **numbers, source=str(values["source"]), peaks=peaks)
 
 
+_CPU_PEAK = 1.26e11  # float32 products, fitted (see the cpu profile's source)
 DEVICES: dict[str, Device] = {
     "cpu": Device(
         "cpu",
-        peak_flops=1.26e11,
+        peak_flops=_CPU_PEAK,
         bandwidth=1.0e10,
         launch_s=5e-6,
         cache_bytes=(256 if FUSED_CPU_ATTENTION else 32) * 2**20,
         cache_bandwidth=1.0e11,
         loop_step_s=1.5e-4,
         peaks=(
-            ("dot:attention:bfloat16", 1.12 * 1.26e11),
-            ("dot:bfloat16", 1.94 * 1.26e11),
-            ("dot:widened:bfloat16", 1.26e11),
+            ("dot:attention:bfloat16", 1.12 * _CPU_PEAK),
+            ("dot:bfloat16", 1.94 * _CPU_PEAK),
+            ("dot:widened:bfloat16", _CPU_PEAK),
         ),
         source="measured here (AMD EPYC, 2 cores, 32 MiB L3, jax 0.10-0.12): f32 2048² matmul 126-430 "
         "GFLOP/s (a shared machine); streaming ~10 GB/s; ~5-7 µs per small XLA:CPU kernel; flash attention "
