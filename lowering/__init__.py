@@ -76,6 +76,11 @@ def _run(op: Op, args: list[Any]) -> tuple[Any, ...]:
     return _run_opaque(op, args) if op.name == OPAQUE else (LOWERINGS[op.name](*args, **op.attrs),)
 
 
+def _known(x: Any) -> bool:
+    """``x`` is known at trace time (a bound parameter, a numpy constant), not traced."""
+    return isinstance(x, np.ndarray | np.generic)
+
+
 def _signature(op: Op) -> tuple[Any, ...]:
     return (op.name, tuple(op.attrs.items()), tuple(v.type for v in op.inputs))
 
@@ -90,7 +95,7 @@ def _run_repeats_staged(ops: list[Op]) -> Callable[[Op, list[Any]], tuple[Any, .
     repeated = {s for s, n in counts.items() if n > 1}
 
     def run(op: Op, args: list[Any]) -> tuple[Any, ...]:
-        if op.name == OPAQUE or any(isinstance(a, np.ndarray | np.generic) for a in args):
+        if op.name == OPAQUE or any(map(_known, args)):
             return _run(op, args)
         signature = _signature(op)
         if signature not in repeated:
@@ -134,7 +139,7 @@ def _products_read_transposes(
     }
 
     def folding(op: Op, args: list[Any]) -> tuple[Any, ...]:
-        if id(op) in folded and not isinstance(args[0], np.ndarray | np.generic):
+        if id(op) in folded and not _known(args[0]):
             attrs: dict[str, Any] = op.attrs
             return (_Transposed(args[0], attrs["perm"]),)
         if not any(isinstance(a, _Transposed) for a in args):
