@@ -1,0 +1,127 @@
+"""Which program a differentiated ``eqsat.jit`` function differentiates.
+
+eqsat chooses a program by what it costs to run forward; its backward pass is the one JAX derives, and
+a program that runs faster forward can train slower (on XLA:CPU, a half-precision product whose
+transposed operand has its batch dims leading leaves the fast kernels in the backward pass).
+:func:`differentiable` gives the optimized program a JVP rule, called only where the function is
+differentiated (``jax.grad``, ``jax.vjp``, ``jax.jvp``), that differentiates what the mode names:
+
+- ``measure`` (the default): whichever of the function as written and the optimized program runs a
+  training step (the function, then the gradient of its float outputs' sum) faster on this device,
+  both timed once per signature at its first differentiation (``report.note`` gives the times);
+- ``optimized``: the optimized program, as JAX would without the rule;
+- ``input``: the function as written.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from eqsat.api import OptimizeResult
+from eqsat.ir import Program
+from eqsat.lowering import lower
+from eqsat.speed import arguments, per_call, training_steps
+from eqsat.types import FLOAT_DTYPES
+
+GRADIENT_MODES = ("measure", "optimized", "input")
+FAR, LARGE_BYTES = 8, 256 * 2**20  # a training step as written that needs more memory is not run
+CLOSE = 1.5  # steps whose single runs are further apart than this are not timed again
+QUICK_S = 0.5  # nor are steps slower than this
+
+Flat = Callable[..., tuple[Any, ...]]
+
+
+def differentiable(result: OptimizeResult, mode: str, written: Flat) -> Flat:
+    """``result``'s program lowered, whose derivative is that of the program ``mode`` names: the
+    optimized one, or ``written`` (the function as written, of the same arguments), or the faster."""
+    if mode not in GRADIENT_MODES:
+        raise ValueError(f"unknown gradient mode {mode!r} ({', '.join(GRADIENT_MODES)})")
+    run = lower(result.program)
+    if result.program is result.original or mode == "optimized":
+        return run
+    chosen: list[Flat] = []
+    values = arguments(result.original)
+    used = _used(result.original) | _used(result.program)
+    # only the arguments a program reads enter the rule, so that jax.jit still prunes the others
+    kept = [
+        i
+        for i, (v, w) in enumerate(zip(values, arguments(result.program), strict=True))
+        if {id(v), id(w)} & used
+    ]
+    unread = {
+        i: jax.ShapeDtypeStruct(v.type.shape, v.type.dtype) for i, v in enumerate(values) if i not in kept
+    }
+
+    def full(args: tuple[Any, ...]) -> list[Any]:
+        given = dict(zip(kept, args, strict=True))
+        return [
+            given[i] if i in given else jax.numpy.zeros(unread[i].shape, unread[i].dtype)
+            for i in range(len(values))
+        ]
+
+    @jax.custom_jvp
+    def fn(*args: Any) -> tuple[Any, ...]:
+        return run(*full(args))
+
+    @fn.defjvp
+    def differentiated(primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+        if not chosen:
+            chosen.append(written if mode == "input" else _faster(result, run, written))
+        return jax.jvp(lambda *a: chosen[0](*full(a)), primals, tangents)
+
+    return lambda *args: fn(*(args[i] for i in kept))
+
+
+def _used(program: Program) -> set[int]:
+    """The ids of the values ``program``'s outputs depend on directly or through its ops."""
+    return {id(v) for op in program.live_ops() for v in op.inputs} | {id(v) for v in program.outputs}
+
+
+def _faster(result: OptimizeResult, optimized: Flat, written: Flat) -> Flat:
+    """Whichever of ``optimized`` and ``written`` runs a training step faster, as timed here (or, for
+    a step as written that needs far more memory, the optimized program untimed)."""
+    original = result.original
+    values = arguments(original)
+    differentiable = any(v.type.dtype in FLOAT_DTYPES for v in values) and any(
+        v.type.dtype in FLOAT_DTYPES for v in original.outputs
+    )
+    if not differentiable:
+        return optimized
+    t = time.perf_counter()
+    with jax.ensure_compile_time_eval():
+        verdict, kept = _timed(*training_steps([written, optimized], values))
+    report = result.report
+    report.timings["measure_gradient"] = time.perf_counter() - t
+    report.note = "; ".join(filter(None, [report.note, verdict]))
+    return optimized if kept else written
+
+
+def _timed(steps: list[Any], args: list[Any]) -> tuple[str, bool]:
+    """Why, and whether the second (optimized) step is kept. A step as written that needs ``FAR``
+    times the memory of the optimized one, and more than ``LARGE_BYTES``, is not run (it could exhaust
+    memory, and moving its tensors dominates its time). Others are run once each, and again in
+    interleaved samples where the two are within ``CLOSE`` of each other and quick."""
+    need = [s.memory_analysis().temp_size_in_bytes for s in steps]
+    if need[0] > max(FAR * need[1], LARGE_BYTES):
+        return (
+            f"a training step as written needs {need[0] / 2**20:.0f} MiB, optimized "
+            f"{need[1] / 2**20:.0f} MiB: the optimized program is differentiated untimed"
+        ), True
+    thunks = [functools.partial(s, *args) for s in steps]
+    once = []
+    for thunk in thunks:
+        start = time.perf_counter()
+        jax.block_until_ready(thunk())
+        once.append(time.perf_counter() - start)
+    close = max(once) < CLOSE * min(once) and max(once) < QUICK_S
+    before, after = per_call(thunks, samples=5) if close else once
+    kept = after < before
+    return (
+        f"a training step timed: as written {before * 1e3:.3g} ms, optimized {after * 1e3:.3g} ms: "
+        f"the {'optimized program' if kept else 'function as written'} is differentiated"
+    ), kept

@@ -1,0 +1,109 @@
+"""A differentiated ``eqsat.jit`` function: what is differentiated (``eqsat.gradient``), and that its
+derivatives are jax's."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqsat
+from eqsat import gradient
+from eqsat.cost import CostModel
+
+
+class PrefersBigProducts(CostModel):
+    """Wrong on purpose: the larger a product's result, the cheaper it looks."""
+
+    name = "prefers-big-products"
+
+    def op_cost(self, op, attrs, inputs, output):
+        return 1.0 / (1 + output.size)
+
+
+def chain(a, m, v):
+    """Two matrix-vector products as written; the model above prefers (a m) v, a 512³ product."""
+    return jnp.sum(a @ (m @ v))
+
+
+def _args():
+    rng = np.random.default_rng(0)
+    return tuple(jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((512, 512), (512, 512), (512, 1)))
+
+
+def _gradients_match_jax(fn, args):
+    got = jax.grad(fn, argnums=(0, 1, 2))(*args)
+    want = jax.grad(chain, argnums=(0, 1, 2))(*args)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-3)
+
+
+def test_a_program_that_trains_slower_is_not_the_one_differentiated():
+    args = _args()
+    fn = eqsat.jit(chain, cost=PrefersBigProducts())
+    np.testing.assert_allclose(fn(*args), chain(*args), rtol=1e-4)
+    (result,) = fn.results.values()
+    assert result.program is not result.original  # the model's slow choice runs forward
+    assert "training step" not in result.report.note  # nothing is timed until it is differentiated
+    _gradients_match_jax(fn, args)
+    jax.jit(jax.grad(fn))(*args)  # a second differentiation of the signature is not timed again
+    assert result.report.note.count("training step timed") == 1
+    assert "the function as written is differentiated" in result.report.note
+    assert result.report.timings["measure_gradient"] > 0
+
+
+@pytest.mark.parametrize("mode", ["optimized", "input"])
+def test_the_named_program_is_differentiated_untimed(mode):
+    args = _args()
+    fn = eqsat.jit(chain, cost=PrefersBigProducts(), gradient=mode)
+    _gradients_match_jax(fn, args)
+    (result,) = fn.results.values()
+    assert "training step" not in result.report.note
+
+
+def test_a_faster_optimized_program_is_differentiated():
+    """Written as (a m) v, optimized to a (m v): the optimized program trains faster and is kept."""
+    args = _args()
+    fn = eqsat.jit(lambda a, m, v: jnp.sum((a @ m) @ v))
+    jax.grad(fn)(*args)
+    (result,) = fn.results.values()
+    assert result.program is not result.original
+    assert "the optimized program is differentiated" in result.report.note
+
+
+def test_values_of_an_enclosing_trace_are_differentiated_through():
+    args = _args()
+
+    def loss(a):
+        return eqsat.jit(lambda m, v: chain(a, m, v), cost=PrefersBigProducts())(*args[1:])
+
+    np.testing.assert_allclose(jax.grad(loss)(args[0]), jax.grad(chain)(*args), rtol=1e-4, atol=1e-3)
+
+
+def test_higher_derivatives_and_integer_arguments():
+    def f(x, n):
+        return jnp.sum(jnp.exp(x) * jnp.exp(x) * n)
+
+    fn = eqsat.jit(f)
+    x, n = jnp.linspace(-1, 1, 8), jnp.arange(8)
+    np.testing.assert_allclose(jax.hessian(fn)(x, n), jax.hessian(f)(x, n), rtol=1e-5)
+    (result,) = fn.results.values()
+    assert result.program is not result.original  # the rule was in the way
+    assert "training step timed" in result.report.note
+
+
+def test_an_unknown_mode_fails_at_decoration():
+    with pytest.raises(ValueError, match="unknown gradient mode 'fastest'"):
+        eqsat.jit(chain, gradient="fastest")
+
+
+def test_a_training_step_as_written_that_needs_too_much_memory_is_not_run(monkeypatch):
+    """Here "too much" is any amount, and eight times what the optimized step needs: (a m) v keeps a
+    512² product for its backward pass, a (m v) keeps vectors."""
+    monkeypatch.setattr(gradient, "LARGE_BYTES", 0)
+    args = _args()
+    fn = eqsat.jit(lambda a, m, v: jnp.sum((a @ m) @ v))
+    jax.grad(fn)(*args)
+    (result,) = fn.results.values()
+    assert "MiB: the optimized program is differentiated untimed" in result.report.note
