@@ -61,35 +61,49 @@ def _normal(shape: tuple[int, ...], dtype: Any, seed: int) -> jax.Array:
     return jnp.asarray(np.random.default_rng(seed).normal(size=shape), dtype)
 
 
-def build(case: str) -> tuple[Variants, tuple[Any, ...]]:
-    """The eqsat and jax callables of a case and its arguments. Cases are named
-    ``attention-<dtype>-b<batch>-s<seq>-<forward|train>`` or ``decoder-s<seq>-<forward|train>``."""
-    kind, *fields, mode = case.split("-")
+def _problem(case: str) -> tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...], tuple[int, ...]]:
+    """A case's forward function, its loss, their arguments and the loss's differentiated ones."""
+    kind, *fields, _ = case.split("-")
     seq = int(fields[-1].removeprefix("s"))
     if kind == "attention":
         dtype, batch = jnp.dtype(fields[0]), int(fields[1].removeprefix("b"))
         args = tuple(_normal((batch, seq, HEADS, HEAD_DIM), dtype, seed) for seed in range(3))
-        forward, loss = causal_attention, _attention_loss
-        argnums: tuple[int, ...] = (0, 1, 2)
-    else:
-        model = linen_transformer(2, DECODER_WIDTH, DECODER_HEADS)
-        x = _normal((1, seq, DECODER_WIDTH), jnp.float32, 0)
-        args = (model.init(jax.random.key(0), x[:, :8]), x)
+        return causal_attention, _attention_loss, args, (0, 1, 2)
+    model = linen_transformer(2, DECODER_WIDTH, DECODER_HEADS)
+    x = _normal((1, seq, DECODER_WIDTH), jnp.float32, 0)
 
-        def forward(params: Any, x: jax.Array) -> jax.Array:
-            return model.apply(params, x)
+    def forward(params: Any, x: jax.Array) -> jax.Array:
+        return model.apply(params, x)
 
-        def loss(params: Any, x: jax.Array) -> jax.Array:
-            return jnp.mean(jnp.square(forward(params, x)))
+    def loss(params: Any, x: jax.Array) -> jax.Array:
+        return jnp.mean(jnp.square(forward(params, x)))
 
-        argnums = (0,)
-    if mode == "forward":
+    return forward, loss, (model.init(jax.random.key(0), x[:, :8]), x), (0,)
+
+
+def build(case: str, gradient: str = "measure") -> tuple[Variants, tuple[Any, ...]]:
+    """The eqsat and jax callables of a case and its arguments. Cases are named
+    ``attention-<dtype>-b<batch>-s<seq>-<forward|train>`` or ``decoder-s<seq>-<forward|train>``;
+    ``gradient`` is eqsat.jit's for training steps."""
+    forward, loss, args, argnums = _problem(case)
+    if case.endswith("-forward"):
         return {"eqsat": eqsat.jit(forward), "jax": jax.jit(forward), "jax_again": jax.jit(forward)}, args
     return {
-        "eqsat": jax.jit(jax.value_and_grad(eqsat.jit(loss), argnums=argnums)),
+        "eqsat": jax.jit(jax.value_and_grad(eqsat.jit(loss, gradient=gradient), argnums=argnums)),
         "jax": jax.jit(jax.value_and_grad(loss, argnums=argnums)),
         "jax_again": jax.jit(jax.value_and_grad(loss, argnums=argnums)),
     }, args
+
+
+def differentiated(case: str) -> tuple[str, str]:
+    """What eqsat.jit differentiates in a training case (``input`` or ``optimized``), as its first
+    differentiation decides it in this process (timing both training steps), and its note."""
+    _, loss, args, argnums = _problem(case)
+    jitted = eqsat.jit(loss)
+    jax.jit(jax.value_and_grad(jitted, argnums=argnums)).lower(*args)
+    (result,) = jitted.results.values()
+    note = result.report.note
+    return ("input" if "function as written is differentiated" in note else "optimized"), note
 
 
 def _memory(case: str, variant: str) -> int | None:
@@ -113,13 +127,18 @@ def _dtype(case: str) -> str:
 
 
 def measure(case: str, repeats: int = REPEATS) -> dict[str, Any]:
-    memory = {v: _memory(case, v) for v in ("eqsat", "jax")}
+    """A row. A training case's eqsat.jit differentiates what its first differentiation chose here
+    (timing in that process would leave its memory pooled, and the measured call would not grow)."""
+    gradient, note = differentiated(case) if case.endswith("-train") else ("measure", "")
+    memory = {v: _memory(case, f"{v}:{gradient}" if v == "eqsat" else v) for v in ("eqsat", "jax")}
     memory["jax_again"] = memory["jax"]  # the same program: a second jax.jit, this row's noise
-    fns, args = build(case)
+    fns, args = build(case, gradient)
     runs = {v: (lambda fn=fn: fn(*args)) for v, fn in fns.items() if memory[v] is not None}
     times = interleaved(runs, repeats) if runs else {}
     gflop = fns["jax"].lower(*args).compile().cost_analysis()["flops"] / 1e9
     row: dict[str, Any] = {"case": case, "repeats": repeats, "gflop": gflop}
+    if note:
+        row["differentiated"], row["gradient_note"] = gradient, note
     row["matmul_peak_gflops"] = _matmul_peak(_dtype(case))
     for v in ("eqsat", "jax"):
         row[f"{v}_s"] = times.get(v)

@@ -4,6 +4,7 @@ then measures the peak RSS growth of its first (and only) execution:
     python -m bench.memory_probe attention 4096 eqsat     # prints the peak RSS growth in bytes
     python -m bench.memory_probe flax-nnx-mha 2048 jax    # a library model (bench/library_models.py)
     python -m bench.memory_probe attention-float32-b1-s4096-train 0 eqsat   # bench/long_context.py
+    python -m bench.memory_probe attention-float32-b1-s512-train 0 eqsat:input   # gradient="input"
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def _run(case: str, size: int, variant: str) -> dict[str, Any]:
     if case.startswith(("attention-", "decoder-")):  # bench/long_context.py's cases, size in the name
         from bench.long_context import build
 
-        fns, call_args = build(case)
+        variant, _, gradient = variant.partition(":")  # eqsat:<gradient mode> for a training step
+        fns, call_args = build(case, gradient or "measure")
         compiled = fns[variant].lower(*call_args).compile()
         return _peak(compiled, call_args)
     fn, args = _case(case)(size)

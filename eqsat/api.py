@@ -98,6 +98,7 @@ class OptimizeResult:
     egraph: Serialized | None = None
     outputs: list[str] = field(default_factory=list)  # the e-classes of the e-graph's outputs
     options: dict[str, Any] = field(default_factory=dict, repr=False)  # optimize's, for specializations
+    cache_key: str | None = None  # the entry of the program cache that holds this result
 
     def show(
         self, what: str = "program", *, around: int | str | None = None, depth: int | None = None, **caps: int
@@ -217,6 +218,7 @@ def optimize(
             result = _faster_as_measured(result, model)
         result.report.cache = _store(key, result, program) if key else status
     result.original = program
+    result.cache_key = key if result.report.cache in ("hit", "stored") else None
     result.options = {
         "rules": chosen,
         "cost": model,
@@ -229,7 +231,8 @@ def optimize(
         from eqsat.verify import validate
 
         t = time.perf_counter()
-        validate(result.original, result.program, rules_fired=sorted(result.report.rules_fired))
+        with jax.ensure_compile_time_eval():  # called inside a trace (eqsat.jit's), the check runs now
+            validate(result.original, result.program, rules_fired=sorted(result.report.rules_fired))
         result.report.timings["verify"] = time.perf_counter() - t
     return result
 

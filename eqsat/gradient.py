@@ -11,18 +11,23 @@ differentiated (``jax.grad``, ``jax.vjp``, ``jax.jvp``), that differentiates wha
   both timed once per signature at its first differentiation (``report.note`` gives the times);
 - ``optimized``: the optimized program, as JAX would without the rule;
 - ``input``: the function as written.
+
+A function that defines derivatives of its own (``jax.custom_jvp``, ``jax.custom_vjp``: a
+straight-through estimator, a clipped gradient), which the programs inline, is differentiated as
+written whatever the mode.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
 from eqsat.api import OptimizeResult
+from eqsat.cache import ProgramCache
 from eqsat.ir import Program
 from eqsat.lowering import lower
 from eqsat.speed import arguments, per_call, training_steps
@@ -36,13 +41,19 @@ QUICK_S = 0.5  # nor are steps slower than this
 Flat = Callable[..., tuple[Any, ...]]
 
 
-def differentiable(result: OptimizeResult, mode: str, written: Flat) -> Flat:
+def differentiable(result: OptimizeResult, mode: str, written: Flat, own: Sequence[str] = ()) -> Flat:
     """``result``'s program lowered, whose derivative is that of the program ``mode`` names: the
-    optimized one, or ``written`` (the function as written, of the same arguments), or the faster."""
+    optimized one, or ``written`` (the function as written, of the same arguments), or the faster.
+    ``own``: the derivatives of its own that ``written`` defines and the programs inlined; then
+    ``written`` is differentiated whatever the mode."""
     if mode not in GRADIENT_MODES:
         raise ValueError(f"unknown gradient mode {mode!r} ({', '.join(GRADIENT_MODES)})")
     run = lower(result.program)
-    if result.program is result.original or mode == "optimized":
+    if own:
+        mode = "input"
+        why = f"differentiated as written: it defines derivatives of its own ({', '.join(own)})"
+        result.report.note = "; ".join(filter(None, [result.report.note, why]))
+    elif result.program is result.original or mode == "optimized":
         return run
     chosen: list[Flat] = []
     values = arguments(result.original)
@@ -87,18 +98,52 @@ def _faster(result: OptimizeResult, optimized: Flat, written: Flat) -> Flat:
     a step as written that needs far more memory, the optimized program untimed)."""
     original = result.original
     values = arguments(original)
-    differentiable = any(v.type.dtype in FLOAT_DTYPES for v in values) and any(
+    if not any(v.type.dtype in FLOAT_DTYPES for v in values) or not any(
         v.type.dtype in FLOAT_DTYPES for v in original.outputs
-    )
-    if not differentiable:
-        return optimized
+    ):
+        return optimized  # no float input or output: nothing a training step would differentiate
     t = time.perf_counter()
-    with jax.ensure_compile_time_eval():
-        verdict, kept = _timed(*training_steps([written, optimized], values))
+    remembered = _remembered(result)
+    if remembered is not None:
+        verdict, kept = remembered
+    else:
+        # a step that cannot be built or run here leaves JAX's derivative, as without eqsat's rule
+        try:
+            steps, args = training_steps([written, optimized], values)  # constants stay in the steps
+            with jax.ensure_compile_time_eval():  # they run now, though this is called inside a trace
+                verdict, kept = _timed(steps, args)
+        except Exception as e:
+            why = f"{type(e).__name__}: {e}"
+            verdict, kept = (
+                f"no training step could be timed ({why}): the optimized program is differentiated",
+                True,
+            )
+        else:
+            if result.cache_key is not None:  # the next process of this program on this device reads it
+                known = {"device": _device(), "verdict": verdict, "optimized": kept}
+                ProgramCache().annotate(result.cache_key, "gradient", known)
     report = result.report
     report.timings["measure_gradient"] = time.perf_counter() - t
     report.note = "; ".join(filter(None, [report.note, verdict]))
     return optimized if kept else written
+
+
+def _remembered(result: OptimizeResult) -> tuple[str, bool] | None:
+    """The verdict an earlier process stored with ``result``'s cache entry, on this device."""
+    if result.cache_key is None:
+        return None
+    known = (ProgramCache().get(result.cache_key) or {}).get("gradient")
+    if not isinstance(known, dict) or known.get("device") != _device():
+        return None
+    verdict, kept = known.get("verdict"), known.get("optimized")
+    if not isinstance(verdict, str) or not isinstance(kept, bool):
+        return None
+    return f"{verdict} (timed by an earlier process)", kept
+
+
+def _device() -> str:
+    device = jax.devices()[0]
+    return f"{device.platform} {device.device_kind}"
 
 
 def _timed(steps: list[Any], args: list[Any]) -> tuple[str, bool]:
@@ -106,7 +151,7 @@ def _timed(steps: list[Any], args: list[Any]) -> tuple[str, bool]:
     times the memory of the optimized one, and more than ``LARGE_BYTES``, is not run (it could exhaust
     memory, and moving its tensors dominates its time). Others are run once each, and again in
     interleaved samples where the two are within ``CLOSE`` of each other and quick."""
-    need = [s.memory_analysis().temp_size_in_bytes for s in steps]
+    need = [getattr(s.memory_analysis(), "temp_size_in_bytes", 0) for s in steps]
     if need[0] > max(FAR * need[1], LARGE_BYTES):
         return (
             f"a training step as written needs {need[0] / 2**20:.0f} MiB, optimized "

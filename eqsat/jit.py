@@ -139,8 +139,7 @@ class Jitted:
         if not self._likely_hit:
             prepare(self.options["rules"])  # unless installed or on their way: install while we trace
         traced = trace(with_static, *specs[0], **specs[1])
-        with jax.ensure_compile_time_eval():
-            result = optimize(traced.program, verify=self.verify, **self.options)
+        result = optimize(traced.program, verify=self.verify, **self.options)
         signature = (
             jax.tree_util.tree_structure(specs),
             tuple(jax.tree_util.tree_leaves(specs)),
@@ -157,9 +156,12 @@ class Jitted:
             return tuple(jax.tree_util.tree_leaves(with_static(*dyn, **kw)))
 
         # a function closing over an enclosing trace's values is differentiated as the traced program,
-        # which takes them as arguments
-        as_written = lower(result.original) if traced.closed_over else written
-        outs = differentiable(result, self.gradient, as_written)(*leaves, *traced.closed_over)
+        # which takes them as arguments (and inlines the derivatives the function defines)
+        if traced.closed_over:
+            emitted = differentiable(result, self.gradient, lower(result.original))
+        else:
+            emitted = differentiable(result, self.gradient, written, traced.own_derivatives)
+        outs = emitted(*leaves, *traced.closed_over)
         return jax.tree_util.tree_unflatten(traced.out_tree, outs)
 
 

@@ -32,7 +32,18 @@ def per_call(
     sample_s: float = SAMPLE_S,
 ) -> list[float]:
     """Seconds per call of each thunk: ``statistic`` of ``samples`` interleaved samples, after a
-    warm-up call each; a sample is as many calls as take about ``sample_s``."""
+    warm-up call each; a sample is as many calls as take about ``sample_s``. The thunks run now, even
+    where this is called inside a trace (``eqsat.jit``'s)."""
+    with jax.ensure_compile_time_eval():
+        return _per_call(thunks, samples, statistic, sample_s)
+
+
+def _per_call(
+    thunks: Sequence[Callable[[], Any]],
+    samples: int,
+    statistic: Callable[[list[float]], float],
+    sample_s: float,
+) -> list[float]:
     calls = []
     for thunk in thunks:
         jax.block_until_ready(thunk())
@@ -84,7 +95,8 @@ def training_steps(fns: Sequence[Callable[..., Any]], values: Sequence[Value]) -
 
 def _random_arguments(values: Sequence[Value]) -> list[Any]:
     rng = np.random.default_rng(0)
-    return [random_array(v.type, rng) for v in values]
+    with jax.ensure_compile_time_eval():  # concrete arrays, even inside a trace
+        return [random_array(v.type, rng) for v in values]
 
 
 def median_seconds(fn: Callable[..., Any], *args: Any, samples: int = 5) -> float:

@@ -258,3 +258,22 @@ def test_jax_function_with_weights_closed_over_matches_after_a_hit(cache_dir):
     np.testing.assert_allclose(np.asarray(first(x)), np.asarray(jax.jit(f)(x)), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(second(x)), np.asarray(jax.jit(f)(x)), rtol=1e-5, atol=1e-5)
     assert [r.report.cache for r in second.results.values()] == ["hit"]
+
+
+def test_which_program_trains_faster_is_kept_with_the_entry(cache_dir):
+    """A second differentiation of the same program on this device reads the first's verdict."""
+    rng = np.random.default_rng(6)
+    a, m, v = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((256, 256), (256, 256), (256, 1)))
+
+    def f(a, m, v):
+        return jnp.sum((a @ m) @ v)  # optimized to a (m v)
+
+    first, second = eqsat.jit(f), eqsat.jit(f)
+    jax.grad(first)(a, m, v)
+    (timed,) = first.results.values()
+    assert "a training step timed" in timed.report.note
+    entry = ProgramCache().get(timed.cache_key)
+    assert entry["gradient"]["verdict"] in timed.report.note
+    np.testing.assert_allclose(jax.grad(second)(a, m, v), jax.grad(f)(a, m, v), rtol=1e-4)
+    (hit,) = second.results.values()
+    assert hit.report.cache == "hit" and "timed by an earlier process" in hit.report.note

@@ -107,3 +107,26 @@ def test_a_training_step_as_written_that_needs_too_much_memory_is_not_run(monkey
     jax.grad(fn)(*args)
     (result,) = fn.results.values()
     assert "MiB: the optimized program is differentiated untimed" in result.report.note
+
+
+@jax.custom_vjp
+def straight_through_round(x):
+    return jnp.round(x)
+
+
+straight_through_round.defvjp(lambda x: (jnp.round(x), None), lambda _, g: (g,))
+
+
+@pytest.mark.parametrize("mode", ["measure", "optimized"])
+def test_a_derivative_the_function_defines_is_kept(mode):
+    """A straight-through estimator: the programs inline its rounding, whose derivative is zero."""
+
+    def f(x):
+        return jnp.sum(straight_through_round(x) * x)
+
+    fn = eqsat.jit(f, gradient=mode)
+    x = jnp.linspace(-2.0, 2.0, 9)
+    np.testing.assert_allclose(jax.grad(fn)(x), jax.grad(f)(x))
+    np.testing.assert_allclose(jax.grad(fn)(x), x + jnp.round(x))
+    (result,) = fn.results.values()
+    assert "derivatives of its own (custom_vjp_call)" in result.report.note

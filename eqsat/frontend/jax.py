@@ -61,13 +61,16 @@ class Traced:
 
     ``closed_over``: values of an enclosing trace (``eqsat.jit`` inside ``jax.jit``) the function
     closes over; they are the program's parameters without values, in order, and must be passed
-    after the inputs when the lowered program runs.
+    after the inputs when the lowered program runs. ``own_derivatives``: the functions with a
+    derivative of their own (``jax.custom_jvp``, ``jax.custom_vjp``) that the program inlines, whose
+    derivative the program therefore does not have.
     """
 
     program: Program
     in_tree: Any
     out_tree: Any
     closed_over: list[Any] = field(default_factory=list)
+    own_derivatives: list[str] = field(default_factory=list)
 
 
 def _type(aval: Any, where: str) -> TensorType:
@@ -98,6 +101,7 @@ class _Tracer:
     def __init__(self, program: Program) -> None:
         self.p = program
         self.closed_over: list[Any] = []
+        self.own_derivatives: list[str] = []
         self.fulls: dict[int, float] = {}  # the value of each full op's result
 
     def op(self, name: str, *inputs: Value, **attrs: Any) -> Value:
@@ -152,6 +156,8 @@ class _Tracer:
         if name in _INLINE:
             inner = params.get("jaxpr", params.get("call_jaxpr", params.get("fun_jaxpr")))
             if inner is not None:
+                if name.startswith("custom_"):
+                    self.own_derivatives.append(custom or name)
                 return self.run(inner, ins)
         handler = _HANDLERS.get(name)
         return handler(self, ins, **params) if handler else self.opaque(eqn, ins)
@@ -586,7 +592,7 @@ def trace(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traced:
     outs = tracer.run(closed, inputs)
     for i, v in enumerate(outs):
         program.add_output(v, f"out{i}")
-    return Traced(program, in_tree, out_tree, tracer.closed_over)
+    return Traced(program, in_tree, out_tree, tracer.closed_over, tracer.own_derivatives)
 
 
 def from_jax(fn: Callable[..., Any], *example_args: Any, **example_kwargs: Any) -> Program:
