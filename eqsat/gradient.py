@@ -109,9 +109,7 @@ def _faster(result: OptimizeResult, optimized: Flat, written: Flat) -> Flat:
     else:
         # a step that cannot be built or run here leaves JAX's derivative, as without eqsat's rule
         try:
-            steps, args = training_steps([written, optimized], values)  # constants stay in the steps
-            with jax.ensure_compile_time_eval():  # they run now, though this is called inside a trace
-                verdict, kept = _timed(steps, args)
+            verdict, kept = _timed(*training_steps([written, optimized], values))
         except Exception as e:
             why = f"{type(e).__name__}: {e}"
             verdict, kept = (

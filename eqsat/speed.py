@@ -32,18 +32,7 @@ def per_call(
     sample_s: float = SAMPLE_S,
 ) -> list[float]:
     """Seconds per call of each thunk: ``statistic`` of ``samples`` interleaved samples, after a
-    warm-up call each; a sample is as many calls as take about ``sample_s``. The thunks run now, even
-    where this is called inside a trace (``eqsat.jit``'s)."""
-    with jax.ensure_compile_time_eval():
-        return _per_call(thunks, samples, statistic, sample_s)
-
-
-def _per_call(
-    thunks: Sequence[Callable[[], Any]],
-    samples: int,
-    statistic: Callable[[list[float]], float],
-    sample_s: float,
-) -> list[float]:
+    warm-up call each; a sample is as many calls as take about ``sample_s``."""
     calls = []
     for thunk in thunks:
         jax.block_until_ready(thunk())
