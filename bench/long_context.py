@@ -180,8 +180,8 @@ def _rate(gflops: float | None) -> str:
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| case | eqsat.jit (time, peak RSS) | jax.jit (time, peak RSS) | speedup | memory ratio "
-        "| GFLOP/s eqsat / jax / matmul peak |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| GFLOP/s eqsat / jax / matmul peak | differentiated |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         speedup = f"{r['speedup']:.2f}x" if "speedup" in r else "—"
@@ -189,7 +189,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         eq = _cell(r["eqsat_s"], r["eqsat_peak_rss_bytes"])
         jx = _cell(r["jax_s"], r["jax_peak_rss_bytes"])
         rates = " / ".join(_rate(r.get(k)) for k in ("eqsat_gflops", "jax_gflops", "matmul_peak_gflops"))
-        lines.append(f"| {r['case']} | {eq} | {jx} | {speedup} | {ratio} | {rates} |")
+        chosen = {"input": "as written", "optimized": "optimized"}.get(r.get("differentiated", ""), "")
+        lines.append(f"| {r['case']} | {eq} | {jx} | {speedup} | {ratio} | {rates} | {chosen} |")
     return "\n".join(lines)
 
 
