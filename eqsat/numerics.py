@@ -66,7 +66,8 @@ def random_array(t: TensorType, rng: np.random.Generator, kind: str = "normal") 
         if data.ndim:
             row = tuple(int(rng.integers(d)) for d in data.shape[:-1])
             data[row] = -np.inf
-    return jax.numpy.asarray(data, dtype=t.dtype)
+    with jax.ensure_compile_time_eval():  # an array now, even where this is called inside a trace
+        return jax.numpy.asarray(data, dtype=t.dtype)
 
 
 def compare(a: Any, b: Any, dtype: str, strict: bool = True) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -117,6 +118,22 @@ def test_measured_model_times_once_then_reads_its_cache(tmp_path):
     assert first.measured_now == 2 and cost > 0 and (tmp_path / "timings.json").exists()
     again = Measured(tmp_path / "timings.json")
     assert again.program_cost(program) == cost and again.measured_now == 0
+
+
+def test_measured_model_times_inside_a_trace_as_outside(tmp_path):
+    """Inside eqsat.jit's trace a call of a jitted op would be staged, not run, and take microseconds."""
+    b = Builder()
+    x, w = b.input("x", (512, 512)), b.input("w", (512, 512))
+    program = b.build(b.matmul(x, w))
+    outside = Measured(tmp_path / "outside.json", repeats=3).program_cost(program)
+    inside = []
+
+    def traced(y):
+        inside.append(Measured(tmp_path / "inside.json", repeats=3).program_cost(program))
+        return y
+
+    jax.jit(traced)(jnp.ones(1))
+    assert inside[0] > outside / 5
 
 
 def test_measured_model_interpolates_beyond_its_budget(tmp_path):
