@@ -35,8 +35,8 @@ from eqsat.types import FLOAT_DTYPES
 
 GRADIENT_MODES = ("measure", "optimized", "input")
 FAR, LARGE_BYTES = 8, 256 * 2**20  # a training step as written that needs more memory is not run
-CLOSE = 1.5  # steps whose single runs are further apart than this are not timed again
-QUICK_S = 0.5  # nor are steps slower than this
+QUICK_S = 0.1  # training steps quicker than this are timed in interleaved samples
+CLOSE = 1.5  # slower ones whose first runs are further apart than this are not run again
 
 Flat = Callable[..., tuple[Any, ...]]
 
@@ -147,8 +147,9 @@ def _device() -> str:
 def _timed(steps: list[Any], args: list[Any]) -> tuple[str, bool]:
     """Why, and whether the second (optimized) step is kept. A step as written that needs ``FAR``
     times the memory of the optimized one, and more than ``LARGE_BYTES``, is not run (it could exhaust
-    memory, and moving its tensors dominates its time). Others are run once each, and again in
-    interleaved samples where the two are within ``CLOSE`` of each other and quick."""
+    memory, and moving its tensors dominates its time). Others are run once each (a warm-up): steps
+    quicker than ``QUICK_S`` are then timed in interleaved samples, slower ones further apart than
+    ``CLOSE`` are judged by that run, and the rest by the faster of it and one more."""
     need = [getattr(s.memory_analysis(), "temp_size_in_bytes", 0) for s in steps]
     if need[0] > max(FAR * need[1], LARGE_BYTES):
         return (
@@ -156,15 +157,21 @@ def _timed(steps: list[Any], args: list[Any]) -> tuple[str, bool]:
             f"{need[1] / 2**20:.0f} MiB: the optimized program is differentiated untimed"
         ), True
     thunks = [functools.partial(s, *args) for s in steps]
-    once = []
-    for thunk in thunks:
-        start = time.perf_counter()
-        jax.block_until_ready(thunk())
-        once.append(time.perf_counter() - start)
-    close = max(once) < CLOSE * min(once) and max(once) < QUICK_S
-    before, after = per_call(thunks, samples=5) if close else once
+    once = [_one_run(thunk) for thunk in thunks]
+    if max(once) < QUICK_S:
+        before, after = per_call(thunks, samples=5)
+    elif max(once) > CLOSE * min(once):
+        before, after = once
+    else:
+        before, after = (min(t, _one_run(thunk)) for t, thunk in zip(once, thunks, strict=True))
     kept = after < before
     return (
         f"a training step timed: as written {before * 1e3:.3g} ms, optimized {after * 1e3:.3g} ms: "
         f"the {'optimized program' if kept else 'function as written'} is differentiated"
     ), kept
+
+
+def _one_run(thunk: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(thunk())
+    return time.perf_counter() - start
