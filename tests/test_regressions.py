@@ -65,6 +65,24 @@ def test_inexact_rules_keep_finite_results_finite():
     _same(lambda x, w: ((x * 1e30) @ w) * 1e30, jnp.zeros((2, 2)), jnp.ones((2, 2)))
 
 
+def test_reassociation_moves_no_outer_product_into_a_shift():
+    """Found by the fuzzer: ``(x xᵀ) x`` reassociated to ``x (xᵀ x)`` ends in a product over one
+    element, which XLA:CPU computes as a multiply fused into both the max and the subtraction of a
+    logsumexp, rounded differently in each (FMA): ``x - max(x)`` came out positive and exp overflowed."""
+
+    def chain_then_logsumexp(x):
+        for _ in range(2):
+            x = (x @ x.T) @ x
+        return jax.nn.logsumexp(x, axis=0, keepdims=True)
+
+    with jax.enable_x64(True):
+        x = jnp.array([[125.73022109], [-132.10486329]], jnp.float64)
+        want = jax.jit(chain_then_logsumexp)(x)
+        got = eqsat.jit(chain_then_logsumexp)(x)
+        assert np.isfinite(want).all()
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_every_rule_declares_exactness_and_exact_only_is_selectable():
     inexact = {r.name for r in ALL_RULES if not r.exact}
     assert {"matmul-assoc", "scale-compose", "matmul-distribute", "stats-rescale"} <= inexact
