@@ -97,11 +97,36 @@ def test_a_transposed_operand_of_a_product_is_free():
     ids=["exp-read-twice", "cheap-read-twice", "gelu-mlp", "output-and-reduction", "softmax"],
 )
 def test_the_model_counts_the_kernels_xla_compiles(fn, args):
-    """As written and optimized (a softmax op: three passes, as XLA:CPU runs it)."""
+    """As written and optimized."""
     program = eqsat.from_jax(fn, *args)
     optimized = eqsat.optimize(program, cost="xla", cache=False).program
     for p in (program, optimized):
         assert len(list(Fused(p).program_kernels())) == _xla_kernels(lower(p), *args), p
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_softmax_op_runs_as_the_kernels_it_is_priced_as(dtype):
+    """Four kernels as XLA:CPU compiles it (the max and the exponentials in one), five in bfloat16
+    (its max a pass of its own)."""
+    b = Builder()
+    program = b.build(b.softmax(b.input("x", (256, 512), dtype), axis=1))
+    x = jnp.ones((256, 512), dtype)
+    assert len(list(Fused(program).program_kernels())) == _xla_kernels(lower(program), x)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_a_softmax_written_without_its_max_is_kept(dtype):
+    """``exp(x) / sum(exp(x))`` (as Mirage's GQA writes it) saves the max pass of the shifted softmax
+    that ``softmax-unshifted`` makes of it: the fusion-aware model keeps the program as written."""
+
+    def unshifted(x):
+        e = jnp.exp(x)
+        return e / e.sum(-1, keepdims=True)
+
+    x = jnp.ones((2, 256, 4096), dtype)
+    result = eqsat.optimize(eqsat.from_jax(unshifted, x), cost="xla", cache=False)
+    assert "softmax-unshifted" in result.report.rules_fired
+    assert "softmax" not in result.program.op_counts()
 
 
 def test_fused_elementwise_chains_cost_one_pass():

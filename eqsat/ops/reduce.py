@@ -73,14 +73,22 @@ REDUCTIONS = [
 
 
 def softmax_passes(x: TensorType, out: TensorType, axis: int) -> list[Kernel]:
-    """A softmax as XLA:CPU runs it: the max and the sum of exponentials, each a pass over x, the
-    sums' reciprocals, and the normalization."""
+    """A softmax as XLA:CPU runs it (its optimized HLO): the exponentials of x shifted by its max, written
+    in at least float32; their sum, which reads them back; the sums' reciprocals; and the normalization,
+    which reads the exponentials again. A float32 or float64 x is read by one kernel for the max and
+    the exponentials; a half-precision one, upcast for ``exp``, by a max of its own and then the
+    exponentials. Against ``exp(x) / sum(exp(x))`` as written, the max is the extra work."""
     rows = x.size / max(x.shape[axis], 1)
+    itemsize = x.nbytes // max(x.size, 1)
+    exps = float(x.size * max(4, itemsize))
+    shifted = [Kernel(3.0 * x.size, x.nbytes + exps)]
+    if itemsize < 4:
+        shifted = [Kernel(float(x.size), float(x.nbytes)), Kernel(2.0 * x.size, x.nbytes + exps)]
     return [
-        Kernel(float(x.size), float(x.nbytes)),
-        Kernel(3.0 * x.size, float(x.nbytes)),
+        *shifted,
+        Kernel(float(x.size), exps),
         Kernel(rows, 8.0 * rows),
-        Kernel(2.0 * x.size, float(x.nbytes + out.nbytes)),
+        Kernel(2.0 * x.size, exps + out.nbytes),
     ]
 
 
