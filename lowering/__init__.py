@@ -87,24 +87,27 @@ def _signature(op: Op) -> tuple[Any, ...]:
 
 def _run_repeats_staged(ops: list[Op]) -> Callable[[Op, list[Any]], tuple[Any, ...]]:
     """``_run``, except that a composite op (``OpDef.composite``) whose signature (name, attributes,
-    operand types) occurs more than once, on traced operands, is traced once and its jaxpr reused (a
-    nested jit, inlined when lowered to MLIR): a model's layers trace each fused op once. Operands known
-    at trace time (numpy) are left to the lowering, which may specialize on them. Simple ops are
-    traced each time: staging them costs more than it saves (measured on BERT, an encoder, a ResNet)."""
+    operand types) occurs more than once is traced once and its jaxpr reused (a nested jit, inlined
+    when lowered to MLIR): a model's layers trace each fused op once. Scalar operands known at trace
+    time (an all-true mask, a zero bias) are part of the signature and reach the lowering as they are,
+    which may specialize on them; larger known operands (bound weights) leave each op to its lowering.
+    Simple ops are traced each time: staging them costs more than it saves (measured on BERT, an
+    encoder, a ResNet)."""
     counts = Counter(_signature(op) for op in ops if op.name in OPS and OPS[op.name].composite)
     repeated = {s for s, n in counts.items() if n > 1}
 
     def run(op: Op, args: list[Any]) -> tuple[Any, ...]:
-        if op.name == OPAQUE or any(map(_known, args)):
+        if op.name == OPAQUE or any(_known(a) and np.size(a) > 1 for a in args):
             return _run(op, args)
         signature = _signature(op)
         if signature not in repeated:
             return _run(op, args)
+        scalars = tuple((i, a.dtype, np.shape(a), a.tobytes()) for i, a in enumerate(args) if _known(a))
         try:
-            staged = _staged(op.name, signature[1])
+            staged = _staged(op.name, signature[1], scalars)
         except TypeError:  # an attribute that cannot be hashed
             return _run(op, args)
-        return (staged(*args),)
+        return (staged(*(a for a in args if not _known(a))),)
 
     return run
 
@@ -162,8 +165,21 @@ def _products_read_transposes(
 
 
 @functools.lru_cache(maxsize=4096)
-def _staged(name: str, attrs: tuple[tuple[str, Any], ...]) -> Callable[..., Any]:
-    return jax.jit(functools.partial(LOWERINGS[name], **dict(attrs)), inline=True)
+def _staged(
+    name: str,
+    attrs: tuple[tuple[str, Any], ...],
+    scalars: tuple[tuple[int, np.dtype, tuple[int, ...], bytes], ...] = (),
+) -> Callable[..., Any]:
+    """The lowering of op ``name``, jitted, over its traced operands; ``scalars``: its operands known
+    at trace time, by position (dtype, shape and bytes of each)."""
+    lowering = functools.partial(LOWERINGS[name], **dict(attrs))
+    known = {i: np.frombuffer(data, dtype).reshape(shape) for i, dtype, shape, data in scalars}
+
+    def with_known(*traced: Any) -> Any:
+        rest = iter(traced)
+        return lowering(*(known[i] if i in known else next(rest) for i in range(len(traced) + len(known))))
+
+    return jax.jit(with_known, inline=True)
 
 
 def _run_wide(op: Op, args: list[Any]) -> tuple[Any, ...]:

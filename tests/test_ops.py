@@ -104,6 +104,29 @@ def test_a_repeated_fused_op_is_traced_once_unless_an_operand_is_known(monkeypat
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_repeated_fused_op_with_known_scalar_operands_is_traced_once(monkeypatch):
+    """Attention layers whose mask is an all-true constant (BERT's): the constant is part of the
+    signature, so the layers trace attention once, and its lowering still sees the mask known (and
+    drops it). A layer with another constant is traced apart."""
+    b = eqsat.Builder()
+    x = b.input("x", (2, 4, 8))
+    bias = b.input("bias", (1, 1, 4))
+    for keep in (True, True, True, False):
+        x = b.attention(x, x, x, bias, b.full(shape=(), value=keep, dtype="bool"), scale=0.5, fill=-1e4)
+    program = b.build(x)
+    attention, traced = LOWERINGS["attention"], []
+    monkeypatch.setitem(LOWERINGS, "attention", lambda *a, **k: traced.append(a[4]) or attention(*a, **k))
+    monkeypatch.setattr(lowering, "_staged", functools.lru_cache(lowering._staged.__wrapped__))
+    rng = np.random.default_rng(0)
+    args = [rng.normal(size=(2, 4, 8)).astype(np.float32), rng.normal(size=(1, 1, 4)).astype(np.float32)]
+    jax.make_jaxpr(lowering.lower(program))(*args)
+    assert [bool(mask) for mask in traced] == [True, False]
+    assert all(isinstance(mask, np.ndarray) for mask in traced)
+    (got,) = jax.jit(lowering.lower(program))(*args)
+    (want,) = lowering.reference(program)(*args)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def _product_of_transposes(dtype: str, batch_y: int, also_added: bool) -> eqsat.Program:
     """``transpose(q) @ transpose(k)``, as einsum-written attention scores become (q, k: B, S, H, D)."""
     b = eqsat.Builder()
