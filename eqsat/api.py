@@ -301,7 +301,8 @@ def _store(key: str, result: OptimizeResult, program: Program) -> str:
         bind(text, program)
     except ValueError as e:
         return f"not cached: {e}"
-    ProgramCache().put(key, {"program": text, "report": result.report.to_json()})
+    entry = {"program": text, "is_input": result.program is program, "report": result.report.to_json()}
+    ProgramCache().put(key, entry)
     return "stored"
 
 
@@ -313,7 +314,8 @@ def _cached(key: str, program: Program) -> OptimizeResult | None:
     if entry is None:
         return None
     try:
-        best = bind(entry["program"], program)
+        # the key holds the input's text: an entry that found nothing cheaper returns the input itself
+        best = program if entry.get("is_input") is True else bind(entry["program"], program)
         report = Report.from_json(entry["report"], {})
     except (KeyError, TypeError, ValueError) as e:
         store.reject(key, str(e))
@@ -356,7 +358,7 @@ def _optimize_repeats(
     note = f"a block of {len(block.ops)} ops repeats {repeats.count} times: optimized once, every copy alike"
     if result.report.note:  # e.g. why saturation returned its input
         note += f"; {result.report.note}"
-    if after > before:
+    if after >= before:  # not cheaper: the input, as the caller wrote it
         best, after = original, before
         note += "; extraction found nothing cheaper, the input is returned"
     report = replace(result.report, cost_before=before, cost_after=after, note=note)
@@ -408,7 +410,7 @@ def _optimize_whole(
     timings["extract"] = time.perf_counter() - t
     before = model.program_cost(original)
     note = ""
-    if after > before:
+    if after >= before:  # not cheaper: the input, as the caller wrote it
         best, after, note = original, before, "extraction found nothing cheaper; the input is returned"
     report = Report(sat, model.name, before, after, timings, note, extractor)
     return OptimizeResult(best, original, report, graph, [graph.roots[r] for r in enc.roots])

@@ -45,15 +45,20 @@ def differentiable(result: OptimizeResult, mode: str, written: Flat, own: Sequen
     """``result``'s program lowered, whose derivative is that of the program ``mode`` names: the
     optimized one, or ``written`` (the function as written, of the same arguments), or the faster.
     ``own``: the derivatives of its own that ``written`` defines and the programs inlined; then
-    ``written`` is differentiated whatever the mode."""
+    ``written`` is differentiated whatever the mode. Where the optimized program is the input,
+    ``written`` itself."""
     if mode not in GRADIENT_MODES:
         raise ValueError(f"unknown gradient mode {mode!r} ({', '.join(GRADIENT_MODES)})")
-    run = lower(result.program)
     if own:
         mode = "input"
         why = f"differentiated as written: it defines derivatives of its own ({', '.join(own)})"
         result.report.note = "; ".join(filter(None, [result.report.note, why]))
-    elif result.program is result.original or mode == "optimized":
+    if result.program is result.original:
+        # nothing cheaper was found: ``written`` runs, forward and backward (as jax.jit would run the
+        # function: eqsat's lowering of the same program may compile otherwise)
+        return written
+    run = lower(result.program)
+    if mode == "optimized":
         return run
     chosen: list[Flat] = []
     values = arguments(result.original)

@@ -58,6 +58,16 @@ def test_a_hit_skips_optimization_and_gives_the_same_program(cache_dir):
     assert len(ProgramCache().entries()) == 1
 
 
+def test_a_hit_of_a_program_with_nothing_cheaper_is_the_input_itself(cache_dir):
+    b = eqsat.Builder()
+    x = b.input("x", (8, 16))
+    program = b.build(b.matmul(x, b.param("w", (16, 16), data=np.eye(16, dtype=np.float32))))
+    first = eqsat.optimize(program)
+    again = eqsat.optimize(program)
+    assert (first.report.cache, again.report.cache) == ("stored", "hit")
+    assert first.program is program and again.program is program
+
+
 def test_a_hit_runs_with_the_callers_weights(cache_dir):
     """Weights are not part of the key: a hit binds the program to the caller's own values."""
     other = np.random.default_rng(1).normal(size=(16, 16)).astype(np.float32)

@@ -113,6 +113,21 @@ def test_second_call_with_same_signature_does_not_reoptimize():
     assert fast.optimizations == 2
 
 
+def test_a_function_with_nothing_cheaper_runs_as_written():
+    """Where extraction finds nothing cheaper (LoRA's products: its reorderings all cost the same), the
+    input is returned and eqsat.jit emits the function as written: jax.jit's own program."""
+
+    def lora(x, w, a, b):
+        return x @ w + (x @ a) @ b
+
+    args = [jnp.ones(shape) for shape in ((16, 256), (256, 512), (256, 16), (16, 512))]
+    jitted = eqsat.jit(lora)
+    traced = jitted.trace(*args)
+    (result,) = jitted.results.values()
+    assert result.program is result.original and "nothing cheaper" in result.report.note
+    assert str(traced.jaxpr) == str(jax.jit(lora).trace(*args).jaxpr)
+
+
 def test_pytrees_in_and_out_and_static_argnums():
     @eqsat.jit(static_argnums=1)
     def f(tree, axis):
