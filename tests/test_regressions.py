@@ -103,7 +103,7 @@ def test_special_values_only_the_exact_rules_keep():
     want = np.asarray(jax.jit(chain)(x, a, b))
     assert np.isnan(want[0, 0]) and np.isfinite(want[1]).all()
     _same(chain, x, a, b, rules=["exact"])
-    result = eqsat.optimize(eqsat.from_jax(chain, x, a, b))
+    result = eqsat.optimize(eqsat.from_jax(chain, x, a, b), cost="flops")  # the roofline: a 0.05% gain
     assert "matmul-assoc" in result.report.rules_fired
     (got,) = result.fn(x, a, b)
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5)  # finite results stay finite and close
