@@ -363,7 +363,7 @@ def _optimize_repeats(
     note = f"a block of {len(block.ops)} ops repeats {repeats.count} times: optimized once, every copy alike"
     if result.report.note:  # e.g. why saturation returned its input
         note += f"; {result.report.note}"
-    if after >= before * (1 - MIN_GAIN):  # not cheaper: the input, as the caller wrote it
+    if not _cheaper(after, before):  # the input, as the caller wrote it
         best, after = original, before
         note += "; extraction found nothing cheaper, the input is returned"
     report = replace(result.report, cost_before=before, cost_after=after, note=note)
@@ -415,10 +415,15 @@ def _optimize_whole(
     timings["extract"] = time.perf_counter() - t
     before = model.program_cost(original)
     note = ""
-    if after >= before * (1 - MIN_GAIN):  # not cheaper: the input, as the caller wrote it
+    if not _cheaper(after, before):  # the input, as the caller wrote it
         best, after, note = original, before, "extraction found nothing cheaper; the input is returned"
     report = Report(sat, model.name, before, after, timings, note, extractor)
     return OptimizeResult(best, original, report, graph, [graph.roots[r] for r in enc.roots])
+
+
+def _cheaper(after: float, before: float) -> bool:
+    """Whether cost ``after`` is below ``before`` by at least ``MIN_GAIN`` of it (costs of any sign)."""
+    return after < before - MIN_GAIN * abs(before)
 
 
 def _unchanged(program: Program, model: CostModel, timings: dict[str, float], note: str) -> OptimizeResult:
