@@ -13,7 +13,7 @@ from jax import lax
 
 from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule, broadcasts_to
-from eqsat.types import FLOAT_DTYPES, TensorType
+from eqsat.types import FLOAT_DTYPES, HALF_DTYPES, TensorType
 
 from .base import AXIS, RESULT_DTYPE, Attr, Kernel, OpDef, floats
 
@@ -79,10 +79,10 @@ def softmax_passes(x: TensorType, out: TensorType, axis: int) -> list[Kernel]:
     the exponentials; a half-precision one, upcast for ``exp``, by a max of its own and then the
     exponentials. Against ``exp(x) / sum(exp(x))`` as written, the max is the extra work."""
     rows = x.size / max(x.shape[axis], 1)
-    itemsize = x.nbytes // max(x.size, 1)
-    exps = float(x.size * max(4, itemsize))
+    half = x.dtype in HALF_DTYPES
+    exps = float(4 * x.size if half else x.nbytes)
     shifted = [Kernel(3.0 * x.size, x.nbytes + exps)]
-    if itemsize < 4:
+    if half:
         shifted = [Kernel(float(x.size), float(x.nbytes)), Kernel(2.0 * x.size, x.nbytes + exps)]
     return [
         *shifted,
