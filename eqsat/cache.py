@@ -22,6 +22,7 @@ from typing import Any
 from eqsat.config import config, write_atomically
 from eqsat.errors import EqsatError
 from eqsat.ir import Program, TensorType, Value, parse_program
+from eqsat.ranges import parameter_ranges
 
 FORMAT = "eqsat-program-cache/1"
 _PACKAGES = ("eqsat", "eqsat.rules", "eqsat.lowering")
@@ -31,7 +32,7 @@ _SUFFIX = ".json"
 def _digest(parts: Iterable[str]) -> str:
     h = hashlib.sha256()
     for part in parts:
-        h.update(part.encode())
+        h.update(part.encode("utf-8", "surrogatepass"))  # a name from undecodable bytes still hashes
         h.update(b"\0")
     return h.hexdigest()
 
@@ -63,11 +64,14 @@ def uncacheable(program: Program) -> str | None:
 
 def optimization_key(program: Program, parts: Sequence[str]) -> str:
     """The key of optimizing ``program``: its text (shapes, dtypes, attributes, constants), which of
-    its parameters have values, its dynamic dims, ``parts`` (rules, cost model, limits, extractor:
+    its parameters have values and their ranges (the folding rules' guards read them), its dynamic dims,
+    ``parts`` (rules, cost model, limits, extractor:
     the caller's) and ``source_fingerprint()``."""
     bound = sorted(name for name in program.param_values)
     dynamic = sorted((name, list(shape)) for name, shape in program.dynamic.items())
+    ranges = sorted((name, [r.lo, r.hi, r.tiny]) for name, r in parameter_ranges(program).items())
     fixed = [FORMAT, source_fingerprint(), str(program), json.dumps(bound), json.dumps(dynamic)]
+    fixed.append(json.dumps(ranges))
     return _digest([*fixed, *parts])
 
 

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from eqsat.errors import EqsatError, ShapeError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
 from eqsat.ops import EGG_SORT, FLOAT_DTYPES, OPAQUE, OPS, VARIADIC, OpDef, folds
+from eqsat.ranges import DECLARATIONS as RANGE_DECLARATIONS
+from eqsat.ranges import parameter_ranges
 from eqsat.shapes import MAX_RANK
 
 if TYPE_CHECKING:
@@ -149,6 +151,7 @@ def schema() -> str:
         " (TList (TNil) (TCons Tensor TList)))",
         "(function shape (Tensor) IVec :no-merge)",
         "(function dtype (Tensor) String :no-merge)",
+        *RANGE_DECLARATIONS,
         f"(ruleset {ANALYSIS})",
         f"(ruleset {REWRITES})",
         *_dtype_families(),
@@ -211,10 +214,12 @@ def encode(program: Program, typed: bool = True) -> Encoding:
 
     Every value's shape and dtype is stated (``typed``): the analysis then confirms them in one pass
     (a disagreement is an error) instead of deriving them one level of the program per pass. Without,
-    only the leaves' and opaque ops' types are stated (to test the analysis)."""
+    only the leaves' and opaque ops' types are stated (to test the analysis). The ranges of parameters
+    with values are stated too (``eqsat.ranges``): the folding rules' guards start from them."""
     names: dict[int, str] = {}
     cmds: list[str] = []
     enc = Encoding("", [])
+    ranges = parameter_ranges(program)
 
     def state(name: str, t: TensorType) -> None:
         cmds.append(f"(set (shape {name}) {literal(t.shape)})")
@@ -226,6 +231,10 @@ def encode(program: Program, typed: bool = True) -> Encoding:
         names[id(v)] = name = f"$v{len(names)}"
         cmds.append(f'(let {name} (Input "{key}"))')
         state(name, v.type)
+    for p in program.params:
+        known = ranges.get(p.name) if p.name else None
+        if known is not None:
+            cmds.extend(known.facts(names[id(p)]))
     for op in program.live_ops():
         args = [names[id(v)] for v in op.inputs]
         if needs_opaque(op):

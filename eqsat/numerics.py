@@ -43,7 +43,10 @@ def random_array(t: TensorType, rng: np.random.Generator, kind: str = "normal") 
     """Random data of type ``t``. ``kind``: ``normal`` (unit normal floats, ints in -100..100),
     ``large`` (floats near the top of their range for half precision, 1e3 times larger otherwise;
     ints over their whole range, so sums wrap around), ``special`` (some elements ±0, ±inf, NaN, and
-    one row of the last axis all -inf, as a fully masked row; ints at their extremes)."""
+    one row of the last axis all -inf, as a fully masked row; ints at their extremes), and for floats
+    ``wide`` (magnitudes over the dtype's whole normal range, both signs), ``offset`` (1e4 plus a
+    spread of 1e-2: subtracting two of them cancels), ``edge`` (some elements 0 or the smallest normal
+    number)."""
     if t.dtype == "bool":
         return rng.random(t.shape) < 0.5
     if "int" in t.dtype:
@@ -57,6 +60,15 @@ def random_array(t: TensorType, rng: np.random.Generator, kind: str = "normal") 
             data[picks] = rng.choice(np.array([0, 1, info.min, info.max], dtype=t.dtype), int(picks.sum()))
         return data
     data = rng.normal(size=t.shape)
+    floats = jax.numpy.finfo(t.dtype)
+    if kind == "wide":
+        low, high = math.log10(float(floats.tiny)), math.log10(float(floats.max)) - 0.5
+        data = 10.0 ** rng.uniform(low, high, t.shape) * rng.choice([-1.0, 1.0], t.shape)
+    elif kind == "offset":
+        data = (1e4 if floats.bits > 16 else 1e2) + data * 1e-2
+    elif kind == "edge" and data.size:
+        picks = rng.random(t.shape) < 0.3
+        data[picks] = rng.choice([0.0, float(floats.tiny), -float(floats.tiny)], int(picks.sum()))
     if kind == "large":
         top = float(jax.numpy.finfo(t.dtype).max)
         data = data * (top / 16 if t.dtype in ("float16", "bfloat16") and top < 1e6 else 1e3)

@@ -291,6 +291,10 @@ def _parse_block(numbered: list[tuple[int, str]], start: int) -> tuple[list[Line
     return out, i
 
 
+# What Python's surrogateescape makes of bytes that are not UTF-8: no name or string of a program
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def program_lines(text: str) -> list[tuple[int, str]]:
     """The numbered op lines between the outer braces of a dump (blank lines and ``//`` comments out)."""
     lines = []
@@ -298,6 +302,12 @@ def program_lines(text: str) -> list[tuple[int, str]]:
     regions = 0  # depth of nested regions ({ ... } else { ... } of a control-flow op)
     for number, raw in enumerate(text.splitlines(), start=1):
         stripped = raw.strip()
+        surrogate = _LONE_SURROGATE.search(stripped)
+        if surrogate:
+            where = f"character {surrogate.start() + 1}"
+            raise ParseError(
+                f"not Unicode text ({where} is a lone surrogate: undecodable bytes)", line=number
+            )
         if not stripped or stripped.startswith("//"):
             continue
         if stripped == "{" and not opened:

@@ -20,8 +20,9 @@ from eqsat.cost.models import NodeCount
 from eqsat.egraph import Encoding, Serialized, decode, literal, new_egraph
 from eqsat.errors import EqsatError, MiscompileError, ShapeError
 from eqsat.extract import greedy_dag
-from eqsat.ir import Program, TensorType, Value
+from eqsat.ir import FLOAT_DTYPES, Program, TensorType, Value
 from eqsat.numerics import INPUT_KINDS, compare, judge, loosest, path_dtypes, random_array
+from eqsat.ranges import Range
 from eqsat.rules import Rule
 from eqsat.saturate import install
 
@@ -53,8 +54,10 @@ def check_rule(
 ) -> RuleCheck:
     """Apply ``rule`` to its example and check every resulting term agrees with the LHS numerically:
     on normal inputs, and for an exact rule also on special values (±0, ±inf, NaN, a -inf row), where
-    infs and NaNs must match too. ``dtype`` replaces the example's float32 (tensors and dtype
-    attributes), e.g. with float16 or int32; a rule whose guard excludes it need not fire then.
+    infs and NaNs must match too; an inexact rule also on extreme ones (``EXTREME_KINDS``), where a
+    finite result must stay finite and close wherever the rule's guards let it fire. ``dtype``
+    replaces the example's float32 (tensors and dtype attributes), e.g. with float16 or int32; a rule
+    whose guard excludes it need not fire then.
     ``case``: keyword arguments of the example (one of ``rule.cases``); the rule must fire on it.
 
     Raises :class:`MiscompileError` on disagreement and :class:`EqsatError` if the rule does not fire.
@@ -68,9 +71,16 @@ def check_rule(
         return _check_example(rule, rng, bindings, dtype is None)
 
 
+# Inputs an inexact rule is checked on besides normal ones: magnitudes far apart (the whole range), large
+# values with a small spread (cancellation), and zeros and the smallest normal numbers (a variance of 0)
+EXTREME_KINDS = ("wide", "offset", "edge")
+
+
 def _check_example(
     rule: Rule, rng: np.random.Generator, bindings: dict[str, Any], must_fire: bool
 ) -> RuleCheck:
+    """Check the rule on each kind of input, in an e-graph of its own that states the inputs' ranges
+    (as a program's parameters with values have them): a range-guarded rule fires where they allow."""
     program = Program()
     egg: dict[str, str] = {}
     cmds = []
@@ -86,13 +96,29 @@ def _check_example(
         else:
             egg[name] = literal(value)
     leaves = {v.name: v for v in program.inputs if v.name}
-    kinds = ("normal", "special") if rule.exact else ("normal",)
-    args = {kind: [random_array(v.type, rng, kind) for v in program.inputs] for kind in kinds}
+    extreme = tuple(k for k in EXTREME_KINDS if not (rule.assumes and k == "wide"))
+    kinds = ("normal", "special") if rule.exact else ("normal", *extreme)
     roots = tuple(dict.fromkeys(r for v in rule.variants for r in v.roots))
-    compared, fired = _check_roots(rule, roots, cmds, egg, leaves, program, args, bindings)
+    compared, fired = 0, False
+    for kind in kinds:
+        args = [_drawn(v, rng, kind, v.name in rule.positive) for v in program.inputs]
+        ranges = [
+            fact
+            for v, a in zip(program.inputs, args, strict=True)
+            if v.type.dtype in FLOAT_DTYPES and (r := Range.of(np.asarray(a))) is not None
+            for fact in r.facts(egg[v.name or ""])
+        ]
+        n, grew = _check_roots(rule, roots, [*cmds, *ranges], egg, leaves, program, {kind: args}, bindings)
+        compared += n
+        fired |= grew and kind == "normal"
     if not fired and must_fire:
         raise EqsatError(f"rule {rule.name} did not fire on its example {bindings}")
     return RuleCheck(rule.name, compared, list(roots), fired)
+
+
+def _drawn(v: Value, rng: np.random.Generator, kind: str, positive: bool) -> Any:
+    data = random_array(v.type, rng, kind)
+    return abs(data) if positive else data
 
 
 def _with_dtype(value: Any, dtype: str) -> Any:

@@ -154,6 +154,9 @@ def _product_example(rng: Any) -> dict[str, Any]:
     return {"a": ex["x"], "b": ex["y"], "tx": ex["tx"], "ty": ex["ty"], "d": F32, "p": ex["p"]}
 
 
+# What regrouping products of run-time data assumes (the new grouping's partial products are others)
+PRODUCTS_IN_RANGE = "the products of its inputs in either grouping stay in range"
+
 RULES = [
     Rule(
         "matmul-assoc",
@@ -183,6 +186,7 @@ RULES = [
         ),
         _chain,
         exact=False,
+        assumes=PRODUCTS_IN_RANGE,
     ),
     Rule(
         "scale-through-matmul",

@@ -16,6 +16,7 @@ from typing import Any
 from eqsat.ir import TensorType
 from eqsat.ops import OPS
 
+from .algebra import PRODUCTS_IN_RANGE
 from .algebra import RULES as ALGEBRA
 from .base import UNARY_ATTRS, Example, Rule, Variant, both_ways, example_dtype, rand_shape, unary_pattern
 from .terms import (
@@ -129,7 +130,9 @@ def _split_at_seam(index: int, part: str) -> Variant:
     return Variant(Split(pair("a", "c", "ax"), axis="ax", sizes="sizes", index=index), part, seam)
 
 
-def _elementwise(name: str, reason: str, lhs: Side, rhs: Side, *when: str, exact: bool) -> Rule:
+def _elementwise(
+    name: str, reason: str, lhs: Side, rhs: Side, *when: str, exact: bool, assumes: str = ""
+) -> Rule:
     """An axiom of elementwise ops over tensors of one shape, written as two functions."""
     same = [TensorType((2, 3), F32)] * 3
     made, _ = traced_rule(
@@ -143,7 +146,7 @@ def _elementwise(name: str, reason: str, lhs: Side, rhs: Side, *when: str, exact
         default=False,
         both_ways=not exact,
     )
-    return replace(made, example=_three)
+    return replace(made, example=_three, assumes=assumes)
 
 
 RULES = [
@@ -176,6 +179,7 @@ RULES = [
         lambda x, y, z: x * (y * z),
         *REASSOCIABLE,
         exact=False,
+        assumes=PRODUCTS_IN_RANGE,
     ),
     _elementwise(
         "mul-distribute",

@@ -72,6 +72,11 @@ class Rule:
 
     ``cases``: keyword arguments of ``example``, each checked too (``check_rule(rule, case=...)``):
     e.g. every combination of the intermediate dtypes a fused op keeps, in half precision and float64.
+
+    ``assumes``: what an inexact rule that regroups run-time data (no guard can see its values)
+    assumes of them, as fast-math does: its check leaves out inputs of magnitudes far apart. Every other
+    inexact rule is checked on them too (``eqsat.verify.EXTREME_KINDS``): its guards must hold.
+    ``positive``: the example's tensors that are drawn nonnegative, as a variance is.
     """
 
     name: str
@@ -83,6 +88,8 @@ class Rule:
     exact: bool = True
     default: bool = True
     cases: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    assumes: str = ""
+    positive: tuple[str, ...] = ()
 
     def egglog(self, ruleset: str) -> list[str]:
         many = len(self.variants) > 1

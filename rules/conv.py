@@ -19,6 +19,7 @@ from eqsat.ir import TensorType
 from eqsat.ops.conv import CONV_AXES, LAYOUTS
 
 from .base import MultiVariant, Rule, Variant, both_ways, rand_shape
+from .ranges import RANGES, Magnitude, cancels_little, in_range
 from .terms import (
     Add,
     BatchNorm,
@@ -57,6 +58,17 @@ def _along(rank: int, axis: int) -> str:
     return vec(ones)
 
 
+# The factor sc * rsqrt(v + eps), the weights scaled by it and the shift b - m * factor in range, and
+# little cancellation where the shift meets the conv's output.
+_FACTOR = Magnitude.of("sc") * Magnitude.rsqrt_of_sum("v", "eps")
+_FOLD_RANGES = (
+    *in_range(_FACTOR),
+    *in_range(Magnitude.of("w") * _FACTOR),
+    *in_range(Magnitude.of("b") + Magnitude.of("m") * _FACTOR, nonzero=False),
+    *cancels_little(Magnitude.of("m"), _FACTOR),
+)
+
+
 def _fold(layout: str) -> Variant:
     axes = CONV_AXES[layout]
     axis, kernel, channels = axes.channel, _along(4, axes.kernel_out), _along(4, axes.channel)
@@ -72,6 +84,7 @@ def _fold(layout: str) -> Variant:
             wide_float("d"),
             equal("o", f"(vec-get {shape_of(conv)} {axis})"),
             *(constant_value(t) for t in ("w", *_STATS)),
+            *_FOLD_RANGES,
         ),
     )
 
@@ -375,8 +388,9 @@ RULES = [
         "batch norm after a conv is the conv with weights scaled per output channel, plus a bias",
         (_fold("NCHW"), _fold("NHWC")),
         _conv_example,
-        prelude=CONSTANT_VALUE,
+        prelude=(*CONSTANT_VALUE, *RANGES),
         exact=False,
+        positive=("v",),
     ),
     Rule(
         "bias-into-batch-norm",

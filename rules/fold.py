@@ -31,6 +31,7 @@ from .terms import (
     equal,
     float_dtype,
     int_dtype,
+    not_nan,
     shape_of,
 )
 
@@ -152,7 +153,8 @@ RULES += [
     ),
     Rule(
         "compare-fulls",
-        "a comparison of two scalar constants is the constant True or False (equinox checks n > 0)",
+        "a comparison of two scalar constants, neither NaN, is the constant True or False (equinox "
+        "checks n > 0); a NaN compares false in IEEE, not as egglog orders it",
         tuple(
             Variant(
                 compare(
@@ -160,7 +162,7 @@ RULES += [
                     Full(shape="(vec-empty)", value="b", dtype="d"),
                 ),
                 Full(shape="(vec-empty)", value=float(holds), dtype="bool"),
-                (f"({relation if holds else negated} a b)",),
+                (not_nan("a"), not_nan("b"), f"({relation if holds else negated} a b)"),
             )
             for compare, relation, negated in (
                 (Gt, ">", "<="),

@@ -28,7 +28,8 @@ from eqsat.egraph import PARAMETER_VALUE
 from eqsat.ir import TensorType
 from eqsat.ops.conv import CONV_AXES, LAYOUTS
 
-from .base import Rule, Variant, rand_shape
+from .base import MODERATE, Rule, Variant, rand_shape
+from .ranges import RANGES, Magnitude, cancels_little, in_range
 from .terms import (
     Add,
     Conv2d,
@@ -71,10 +72,16 @@ def _kept(*terms: str) -> tuple[str, ...]:
     )
 
 
-def _regroup(outer: Any, inner: Any, rhs: str) -> Variant:
-    """``outer(inner(y, c1), c2)`` -> ``rhs``, guarded by ``_kept``."""
+def _regroup(outer: Any, inner: Any, rhs: str, ranges: tuple[str, ...]) -> Variant:
+    """``outer(inner(y, c1), c2)`` -> ``rhs``, guarded by ``_kept`` and the ``ranges`` of what it folds."""
     lhs = outer(inner("y", "c1"), "c2")
-    return Variant(lhs, rhs, _kept(inner("y", "c1"), lhs))
+    return Variant(lhs, rhs, (*_kept(inner("y", "c1"), lhs), *ranges))
+
+
+C1, C2 = Magnitude.of("c1"), Magnitude.of("c2")
+# (y ± c1) * c2 = y * c2 ± c1 * c2: the factor and the folded offset in range, and little cancellation
+_OVER_OFFSET = (*in_range(C2), *in_range(C1 * C2), *cancels_little(C1, C2))
+_FOLDED = (*PARAMETER_VALUE, *RANGES)
 
 
 def _example(rng: Any) -> dict[str, Any]:
@@ -107,6 +114,7 @@ def _into_conv(layout: str) -> tuple[Variant, ...]:
         equal(shape_of("f"), vec(ones)),
         parameter_value("f"),
         wide_float(dtype_of("x")),
+        *in_range(Magnitude.of("w") * Magnitude.of("f")),
     )
     folded = _conv(layout, Mul("w", Reshape("f", shape=vec(kernel))))
     return tuple(Variant(product, folded, guards) for product in (Mul(conv, "f"), Mul("f", conv)))
@@ -237,6 +245,7 @@ def _weights_guards() -> tuple[str, ...]:
         wide_float(dtype_of("x")),
         parameter_value("g"),
         parameter_value("w"),
+        *in_range(Magnitude.of("g") * Magnitude.of("w")),
     )
 
 
@@ -361,7 +370,7 @@ RULES = [
         "(as the superoptimizers' RMSNorm + matmul programs do)",
         _rms_into_matmul(),
         _norm_example,
-        prelude=PARAMETER_VALUE,
+        prelude=_FOLDED,
         exact=False,
     ),
     Rule(
@@ -381,9 +390,9 @@ RULES = [
     Rule(
         "constant-factors-together",
         "(y * c1) * c2 is y * (c1 * c2) where c1 and c2 are constants: their product is computed once",
-        (_regroup(Mul, Mul, Mul("y", Mul("c1", "c2"))),),
+        (_regroup(Mul, Mul, Mul("y", Mul("c1", "c2")), in_range(C1 * C2)),),
         _example,
-        prelude=PARAMETER_VALUE,
+        prelude=_FOLDED,
         exact=False,
     ),
     Rule(
@@ -397,33 +406,34 @@ RULES = [
                     wide_float(dtype_of("y")),
                     parameter_value("c2"),
                     equal(shape_of(Mul("z", "c2")), shape_of("y")),
+                    *in_range(C2, limit=MODERATE),  # y * z overflows only where y * z * c2 is huge
                 ),
             ),
         ),
         lambda rng: (lambda ex: {**ex, "z": ex["y"]})(_example(rng)),
-        prelude=PARAMETER_VALUE,
+        prelude=_FOLDED,
         exact=False,
     ),
     Rule(
         "constant-factor-over-offset",
         "(y - c1) * c2 is y * c2 - c1 * c2, and (y + c1) * c2 is y * c2 + c1 * c2, for constants c1, c2",
         (
-            _regroup(Mul, Sub, Sub(Mul("y", "c2"), Mul("c1", "c2"))),
-            _regroup(Mul, Add, Add(Mul("y", "c2"), Mul("c1", "c2"))),
+            _regroup(Mul, Sub, Sub(Mul("y", "c2"), Mul("c1", "c2")), _OVER_OFFSET),
+            _regroup(Mul, Add, Add(Mul("y", "c2"), Mul("c1", "c2")), _OVER_OFFSET),
         ),
         _example,
-        prelude=PARAMETER_VALUE,
+        prelude=_FOLDED,
         exact=False,
     ),
     Rule(
         "constant-offsets-together",
         "(y - c1) + c2 is y + (c2 - c1), and (y + c1) + c2 is y + (c1 + c2), for constants c1, c2",
         (
-            _regroup(Add, Sub, Add("y", Sub("c2", "c1"))),
-            _regroup(Add, Add, Add("y", Add("c1", "c2"))),
+            _regroup(Add, Sub, Add("y", Sub("c2", "c1")), in_range(C1 + C2, nonzero=False)),
+            _regroup(Add, Add, Add("y", Add("c1", "c2")), in_range(C1 + C2, nonzero=False)),
         ),
         _example,
-        prelude=PARAMETER_VALUE,
+        prelude=_FOLDED,
         exact=False,
     ),
     Rule(
@@ -431,7 +441,7 @@ RULES = [
         "a conv times a per-channel constant is the conv by weights scaled per output channel",
         tuple(v for layout in LAYOUTS for v in _into_conv(layout)),
         _conv_example,
-        prelude=PARAMETER_VALUE,
+        prelude=_FOLDED,
         exact=False,
     ),
 ]

@@ -8,7 +8,7 @@ from eqsat.ir import TensorType
 from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant, rand_shape, rule
-from .terms import Add, Cast, Expand, Reshape, constructor, equal, shape_of, vec
+from .terms import Add, Cast, Expand, Reshape, StopGradient, constructor, equal, shape_of, vec
 
 
 def _two_shapes(rng: Any) -> dict[str, Any]:
@@ -149,6 +149,15 @@ RULES.append(
 )
 
 
+RULES.append(
+    rule(
+        "reshape-into-stop-gradient",
+        "a reshape of a value whose gradient is stopped is the stopped reshape (a reshape is linear)",
+        Reshape(StopGradient("x"), shape="s"),
+        StopGradient(Reshape("x", shape="s")),
+        example=lambda rng: (lambda ex: {"x": ex["x"], "s": ex["s2"]})(_two_shapes(rng)),
+    )
+)
 RULES.append(
     rule(
         "reshape-into-cast",

@@ -34,6 +34,7 @@ from .terms import (
     Reshape,
     Select,
     Softmax,
+    StopGradient,
     Sub,
     TList,
     Transpose,
@@ -73,6 +74,12 @@ def _masked_example(rng: Any) -> dict[str, Any]:
     }
 
 
+def _shift_example(rng: Any) -> dict[str, Any]:
+    """x, an axis, a shift m of x's shape with that axis 1, and x's dtype."""
+    ex = _blocks(rng)
+    return {"x": ex["x"], "a": ex["a"], "m": ex["m"], "d": F32}
+
+
 def _blocks(rng: Any) -> dict[str, Any]:
     ex = _x_axis(rng)
     other = list(ex["x"].shape)
@@ -89,6 +96,12 @@ _MAX = ReduceMax("x", axis="a", keepdim=1)
 _SAFE_MAX = Select(IsFinite(_MAX), _MAX, Full(shape="sm", value=0.0, dtype="d"))
 
 
+def _shifted(m: str) -> tuple[str, str]:
+    """exp(x - m) and its sum along a, for a shift m of x's shape with a's length 1."""
+    e = Exp(Sub("x", m))
+    return e, ReduceSum(e, axis="a", keepdim=1)
+
+
 def _float32_sum(e: str) -> str:
     """The sum of ``e`` along ``a`` accumulated in float32 and cast back to ``d`` (jnp.sum of half
     precision)."""
@@ -96,6 +109,9 @@ def _float32_sum(e: str) -> str:
 
 
 _TRUE = Full(shape="(vec-empty)", value=1.0, dtype="bool")
+_SG_E, _SG_L = _shifted(StopGradient("m"))
+_M_E, _M_L = _shifted("m")
+_SHIFT = (equal(shape_of("m"), f"(vec-set {shape_of('x')} a 1)"),)
 _FILL = Full(shape="sf", value="f", dtype="df")
 _IN_X = (equal("d", dtype_of("x")),)
 
@@ -114,6 +130,16 @@ RULES = [
             Variant(Div(_E, _float32_sum(_E)), Softmax("x", axis="a"), _IN_X),
         ),
         lambda rng: {**_x_axis(rng), "d": F32},
+    ),
+    Rule(
+        "softmax-shift-stopped",
+        "exp(x - m) / sum(exp(x - m)) has the same value and gradient for every shift m, so a shift whose "
+        "gradient is stopped (jax.nn.softmax's max) is the shift itself",
+        (
+            Variant(Div(_SG_E, _SG_L), Div(_M_E, _M_L), _SHIFT),
+            Variant(Div(_SG_E, _float32_sum(_SG_E)), Div(_M_E, _float32_sum(_M_E)), (*_SHIFT, *_IN_X)),
+        ),
+        _shift_example,
     ),
     Rule(
         "softmax-to-stats-form",

@@ -88,6 +88,11 @@ def differ(a: Value, b: Value) -> Term:
     return f"(!= {_operand(a)} {_operand(b)})"
 
 
+def not_nan(c: Term) -> Term:
+    """The f64 ``c`` is a number (egglog orders NaN above every float, IEEE compares it false)."""
+    return f"(< {c} NaN)"
+
+
 def _relation(name: str, doc: str) -> Callable[[Term], Term]:
     def holds(x: Term) -> Term:
         return f"({name} {x})"
@@ -128,6 +133,7 @@ Iota = constructor("iota")
 Exp, Log, Tanh, Sigmoid = (constructor(n) for n in ("exp", "log", "tanh", "sigmoid"))
 Relu, Gelu, Neg, Sqrt, Rsqrt = (constructor(n) for n in ("relu", "gelu", "neg", "sqrt", "rsqrt"))
 Sin, Cos, IsFinite = (constructor(n) for n in ("sin", "cos", "is_finite"))
+StopGradient = constructor("stop_gradient")
 Scale, Cast = constructor("scale"), constructor("cast")
 Transpose, Reshape, Expand = (constructor(n) for n in ("transpose", "reshape", "expand"))
 Concat, Split = constructor("concat"), constructor("split")

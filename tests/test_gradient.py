@@ -130,3 +130,25 @@ def test_a_derivative_the_function_defines_is_kept(mode):
     np.testing.assert_allclose(jax.grad(fn)(x), x + jnp.round(x))
     (result,) = fn.results.values()
     assert "derivatives of its own (custom_vjp_call)" in result.report.note
+
+
+@pytest.mark.parametrize("mode", ["optimized", "measure", "input"])
+def test_a_frozen_value_has_no_gradient(mode):
+    """``stop_gradient`` is an op of its own, not the identity: the optimized program (its attention
+    fused) freezes what the function froze, and the gradient through it is exactly 0 (r24)."""
+
+    def f(pos, x):
+        h = x + jax.lax.stop_gradient(pos)
+        return jax.nn.softmax(h @ h.T / 8.0) @ h
+
+    rng = np.random.default_rng(0)
+    pos, x, ct = (jnp.asarray(rng.normal(size=(64, 32)), jnp.float32) for _ in range(3))
+    fn = eqsat.jit(f, gradient=mode)
+    loss = lambda p, x: jnp.sum(fn(p, x) * ct)  # noqa: E731
+    g_pos, g_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(pos, x)
+    assert float(jnp.max(jnp.abs(g_pos))) == 0.0
+    want = jax.grad(lambda p, x: jnp.sum(f(p, x) * ct), argnums=1)(pos, x)
+    np.testing.assert_allclose(g_x, want, rtol=1e-3, atol=1e-3)
+    (result,) = fn.results.values()
+    names = {op.name for op in result.program.ops}
+    assert "stop_gradient" in names and "attention" in names

@@ -65,6 +65,97 @@ def test_inexact_rules_keep_finite_results_finite():
     _same(lambda x, w: ((x * 1e30) @ w) * 1e30, jnp.zeros((2, 2)), jnp.ones((2, 2)))
 
 
+def _close(fn, *args):
+    """eqsat.jit(fn) has jax.jit(fn)'s infs and NaNs where they are, and is close elsewhere (relative
+    to each output's largest finite magnitude)."""
+    for want, got in zip(jax.jit(fn)(*args), eqsat.jit(fn)(*args), strict=True):
+        want, got = np.asarray(want, np.float64), np.asarray(got, np.float64)
+        assert np.array_equal(np.isnan(want), np.isnan(got)) and np.array_equal(np.isinf(want), np.isinf(got))
+        finite = np.isfinite(want)
+        scale = np.abs(want[finite]).max(initial=1.0)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-5 * scale)
+
+
+_F32 = lambda *v: jnp.asarray(v, jnp.float32)  # noqa: E731
+_MU = jnp.asarray(1e4 + np.random.default_rng(1).normal(size=8), jnp.float32)
+_CONV = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+
+def _affine(x, mu, var, gamma, beta):
+    return ((x - mu) * lax.rsqrt(var + 1e-5) * gamma + beta,)
+
+
+_FOLDS = {  # constant folding that overflowed, underflowed or cancelled before the range guards
+    "factor over offset: cancellation": (
+        lambda x: _affine(x, _MU, np.full(8, 1e-4, np.float32), _F32(*np.linspace(-1, 1, 8)), _F32(*[1] * 8)),
+        jnp.asarray(1e4 + np.random.default_rng(0).normal(size=(16, 8)) * 0.01, jnp.float32),
+    ),
+    "factor over offset: overflow": (
+        lambda x: ((x - _F32(1e20, 1e20, 1, 2)) * _F32(1e20, 1e19, 3, 4) + _F32(1, 2, 3, 4),),
+        _F32(1e20 + 1e15, 1e20 - 2e15, 1.5, 2.5),
+    ),
+    "factors together: underflow and overflow": (
+        lambda x, y: (
+            (x * _F32(1e-30, 1e-30, 2, 3)) * _F32(1e-30, 1e-25, 5, 7),
+            (y * _F32(1e30, 1e25, 2, 3)) * _F32(1e30, 1e25, 5, 7),
+        ),
+        _F32(1e30, 1e30, 1, 1),
+        _F32(1e-30, 1e-30, 1, 1),
+    ),
+    "offsets together: overflow": (
+        lambda x: ((x + _F32(3e38, 3e38, 1, 2)) + _F32(3e38, 2e38, 3, 4),),
+        _F32(-3e38, -3e38, 1, 1),
+    ),
+    "rms scale into weights: overflow": (
+        lambda x: (
+            (x * lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6) * _F32(1, 1e30, 1, 1))
+            @ jnp.asarray([[1, 2], [1e10, 1e10], [1, 1], [2, 1]], jnp.float32),
+        ),
+        jnp.asarray([[1000.0, 1e-3, 1.0, 1.0], [1.0, 0.0, 1.0, 1.0]], jnp.float32),
+    ),
+    "batch norm of zero variance and eps: inf - inf": (
+        lambda x: (lambda z: (z, jax.nn.relu(z)))(
+            (
+                lax.conv_general_dilated(x, jnp.ones((2, 3, 3, 3)), **_CONV)
+                - _F32(0.5, -0.5).reshape(1, 2, 1, 1)
+            )
+            / jnp.sqrt(_F32(0, 1).reshape(1, 2, 1, 1) + 0.0)
+            * _F32(1, 2).reshape(1, 2, 1, 1)
+            + _F32(0.1, 0.2).reshape(1, 2, 1, 1)
+        ),
+        jnp.asarray(np.random.default_rng(0).normal(size=(1, 3, 4, 4)), jnp.float32),
+    ),
+    "batch norm into conv weights: overflow": (
+        lambda x: (
+            lax.conv_general_dilated(x, jnp.full((4, 3, 3, 3), 1e20), **_CONV)
+            * (lax.rsqrt(_F32(1, 1, 1, 1) + 1e-5) * _F32(1e20, 0.5, -1, 2)).reshape(1, 4, 1, 1)
+            + _F32(1, 2, 3, 4).reshape(1, 4, 1, 1),
+        ),
+        jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 6, 6)) * 1e-20, jnp.float32),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FOLDS))
+def test_folded_constants_stay_in_range(name):
+    """r25-r29, r31, r34: a rule that folds constants together or into weights is guarded by the ranges
+    of what it creates (``rules/ranges.py``), so no finite result becomes inf, NaN, 0 or cancels."""
+    fn, *args = _FOLDS[name]
+    _close(fn, *args)
+
+
+def test_folds_still_apply_to_constants_in_range():
+    """The guards refuse only what leaves the range: a batch norm of ordinary statistics still folds."""
+    rng = np.random.default_rng(0)
+    mu, var, gamma, beta = (jnp.asarray(rng.normal(size=8), jnp.float32) for _ in range(4))
+    var = jnp.abs(var) + 0.1
+    fn = eqsat.jit(lambda x: _affine(x, mu, var, gamma, beta))
+    x = jnp.asarray(rng.normal(size=(16, 8)), jnp.float32)
+    np.testing.assert_allclose(fn(x)[0], _affine(x, mu, var, gamma, beta)[0], rtol=1e-5, atol=1e-5)
+    (result,) = fn.results.values()
+    assert "constant-factor-over-offset" in result.report.rules_fired
+
+
 def test_reassociation_moves_no_outer_product_into_a_shift():
     """Found by the fuzzer: ``(x xᵀ) x`` reassociated to ``x (xᵀ x)`` ends in a product over one
     element, which XLA:CPU computes as a multiply fused into both the max and the subtraction of a
@@ -134,6 +225,17 @@ def test_stats_rescale_keeps_masked_and_infinite_rows():
 def test_the_sign_of_zero_is_kept():
     _same(lambda x: (1 / (x * 0.0), 1 / (x * -0.0)), jnp.array([1.0, 2.0]), rules=[])
     _same(lambda x: (1 / (x * 0.0), 1 / (x * -0.0)), jnp.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("rules", [None, ["exact"]])
+def test_comparisons_with_nan_fold_as_ieee_says(rules):
+    """``nan > 0`` is False in IEEE arithmetic; egglog orders NaN above every float (r30)."""
+    nan = jnp.float32(jnp.nan)
+    _same(
+        lambda x: (x * (nan > 0), jnp.float32(0.0) < nan, x * (nan >= 1.0), x * (nan <= 1.0)),
+        jnp.array([1.5, -2.0], jnp.float32),
+        rules=rules,
+    )
 
 
 def test_small_integer_sums_wrap_in_their_own_dtype():
@@ -217,6 +319,17 @@ _BAD_PIR = {
     "no type": '{\n (%1) = "pd.data" () {name:"x"} : () -> \n' + _FETCH,
     "no result": _DATA
     + ' () = "pd.full_int_array" () {value:IntArray[1]} : () -> pd.tensor<1xi64>\n'
+    + _FETCH,
+    "combine with no result": _DATA
+    + ' () = "builtin.combine" (%0, %0) {} : (pd.tensor<2x3xf32>, pd.tensor<2x3xf32>) -> vec[]\n'
+    + ' (%1) = "pd.relu" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n'
+    + _FETCH,
+    "shape with no result": _DATA
+    + ' () = "pd.shape64" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2xi64>\n'
+    + ' (%1) = "pd.relu" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n'
+    + _FETCH,
+    "lone surrogate in a name": _DATA.replace('"x"', '"x\udcea"')
+    + ' (%1) = "pd.relu" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n'
     + _FETCH,
     "reshape 0 beyond rank": _DATA
     + ' (%5) = "pd.full_int_array" () {value:IntArray[0,0,0,6]} : () -> pd.tensor<4xi64>\n'

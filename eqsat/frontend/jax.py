@@ -40,7 +40,7 @@ _FOLDED_BY_NUMPY: dict[str, Callable[..., np.ndarray]] = {
     "min": np.minimum,
 }
 _FOLDABLE = {*_FOLDED_BY_NUMPY, "convert_element_type"}
-_IDENTITY = {"stop_gradient", "copy", "copy_p", "optimization_barrier_identity"}
+_IDENTITY = {"copy", "copy_p"}
 _INLINE = {
     "jit",
     "pjit",

@@ -328,6 +328,7 @@ def _scale(r: _Reader, line: Line) -> Results:
 
 
 def _combine(r: _Reader, line: Line) -> list[Value]:
+    _results(line, 1)
     r.env[line.results[0]] = [r.tensor(line, o) for o in line.operands]
     return []
 
@@ -936,6 +937,7 @@ def _folded(line: Line, attrs: dict, constants: list[np.ndarray]) -> list[np.nda
 def _shape_of(r: _Reader, line: Line) -> list[Value]:
     """``pd.shape`` / ``pd.shape64``: the (concrete) shape of its operand, a constant."""
     _arity(line, 1)
+    _results(line, 1)
     x = r.tensor(line, line.operands[0])
     return [r.constant(line, line.results[0], np.asarray(x.type.shape))]
 

@@ -1,0 +1,88 @@
+"""Value ranges of a program's parameters, as the e-graph's range analysis starts from them.
+
+A parameter with a value has a range: the least and greatest element and the smallest nonzero
+magnitude, each rounded outward to a power of two (so that weights of the same scale give the same
+facts, and an optimization cached for one set of weights holds for the next). The rules that fold
+constants together or into weights are guarded by the ranges of what they create (``rules/ranges.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from eqsat.ir import Program
+from eqsat.types import FLOAT_DTYPES
+
+# egglog functions of a Tensor: bounds of its elements (merged to the tightest) and of their nonzero
+# magnitudes (inf where every element is 0)
+LO, HI, TINY = "range-lo", "range-hi", "range-tiny"
+DECLARATIONS = (
+    f"(function {LO} (Tensor) f64 :merge (max old new))",
+    f"(function {HI} (Tensor) f64 :merge (min old new))",
+    f"(function {TINY} (Tensor) f64 :merge (max old new))",
+)
+
+
+def _power_of_two(magnitude: float, up: bool) -> float:
+    """The power of two at or above (``up``) or at or below ``magnitude`` (0 and inf stay)."""
+    if magnitude == 0.0 or math.isinf(magnitude):
+        return magnitude
+    mantissa, exponent = math.frexp(magnitude)  # magnitude = mantissa * 2**exponent, 0.5 <= mantissa < 1
+    if mantissa == 0.5:
+        return magnitude
+    return math.ldexp(1.0, exponent if up else exponent - 1)
+
+
+def _outward(value: float, up: bool) -> float:
+    """``value`` rounded away from the range's inside: up for an upper bound, down for a lower one."""
+    if value < 0:
+        return -_power_of_two(-value, not up)
+    return _power_of_two(value, up)
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bounds of a tensor's elements: ``lo <= x <= hi``, and ``|x| >= tiny`` wherever ``x != 0``."""
+
+    lo: float
+    hi: float
+    tiny: float
+
+    @classmethod
+    def of(cls, value: np.ndarray) -> Range | None:
+        """The range of a float array, rounded outward; None if it holds a NaN or nothing."""
+        x = np.asarray(value, np.float64)
+        if x.size == 0 or np.isnan(x).any():
+            return None
+        nonzero = np.abs(x[x != 0])
+        tiny = float(nonzero.min()) if nonzero.size else math.inf
+        return cls(
+            _outward(float(x.min()), up=False), _outward(float(x.max()), up=True), _power_of_two(tiny, False)
+        )
+
+    def facts(self, term: str) -> list[str]:
+        """egglog commands stating this range of ``term``."""
+        return [
+            f"(set ({name} {term}) {_f64(v)})"
+            for name, v in ((LO, self.lo), (HI, self.hi), (TINY, self.tiny))
+        ]
+
+
+def _f64(v: float) -> str:
+    return repr(v).replace("e+", "e")
+
+
+def parameter_ranges(program: Program) -> dict[str, Range]:
+    """The range of each float parameter with a value, by name."""
+    out = {}
+    for p in program.params:
+        value = program.param_values.get(p.name) if p.name else None
+        if p.name is None or value is None or p.type.dtype not in FLOAT_DTYPES:
+            continue
+        r = Range.of(value)
+        if r is not None:
+            out[p.name] = r
+    return out
