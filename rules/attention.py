@@ -62,7 +62,9 @@ _ATTRS = {
     "divisor": "cd",
     "scores_dtype": "ds",
     "softmax_dtype": "dm",
+    "shifted": "sh",
 }
+_SHIFTED = {**_ATTRS, "shifted": 1}  # streaming keeps a running max: flash attention's softmax is shifted
 
 
 def _scores(bias: str = "b", scale: str | float = "c", divisor: str | float = "cd") -> str:
@@ -71,7 +73,7 @@ def _scores(bias: str = "b", scale: str | float = "c", divisor: str | float = "c
 
 def _fuse(cast: bool) -> Variant:
     """``masked_softmax(scores(q, k, b)) v``, the probabilities cast to q's dtype or already in it."""
-    probs = MaskedSoftmax(_scores(), "m", fill="f", zero_masked="zm", axis="a", dtype="dm")
+    probs = MaskedSoftmax(_scores(), "m", fill="f", zero_masked="zm", axis="a", dtype="dm", shifted="sh")
     product = Matmul(Cast(probs, dtype="dq") if cast else probs, "v", dtype="dq")
     out = f"(vec-set {shape_of('q')} {_LAST} (vec-get {shape_of('v')} {_LAST}))"
     rank = f"(vec-length {shape_of('q')})"
@@ -148,6 +150,7 @@ def _example(rng: Any, dq: str = F32, ds: str | None = None, dm: str | None = No
         "z": int(rng.integers(0, 2)),
         "zm": int(rng.integers(0, 2)),
         "cd": float(rng.choice([1.0, float(np.sqrt(8)), 3.0])),
+        "sh": int(rng.integers(0, 2)),
     }
 
 
@@ -238,10 +241,16 @@ RULES = [
     ),
     Rule(
         "attention-is-flash",
-        "attention = flash_attention: the same softmax in stats form, streamed over key blocks",
+        "attention = flash_attention: the same (shifted) softmax in stats form, streamed over key blocks",
         (
-            Variant(_ATTENTION, FlashAttention("q", "k", "v", "b", "m", **_ATTRS)),
-            Variant(FlashAttention("q", "k", "v", "b", "m", **_ATTRS), _ATTENTION),
+            Variant(
+                Attention("q", "k", "v", "b", "m", **_SHIFTED),
+                FlashAttention("q", "k", "v", "b", "m", **_SHIFTED),
+            ),
+            Variant(
+                FlashAttention("q", "k", "v", "b", "m", **_SHIFTED),
+                Attention("q", "k", "v", "b", "m", **_SHIFTED),
+            ),
         ),
         _example,
         exact=False,

@@ -71,6 +71,7 @@ def _masked_example(rng: Any) -> dict[str, Any]:
         "df": F32,
         "dc": str(rng.choice(["float64", "float16", F32])),
         "zm": int(rng.integers(0, 2)),
+        "sh": int(rng.integers(0, 2)),
     }
 
 
@@ -117,7 +118,10 @@ _IN_X = (equal("d", dtype_of("x")),)
 
 
 def _masked(x: str, dtype: str, mask: str = "m", fill: str | float = "f", zero: int | str = 0) -> str:
-    return MaskedSoftmax(x, mask, fill=fill, zero_masked=zero, axis="a", dtype=dtype)
+    return MaskedSoftmax(x, mask, fill=fill, zero_masked=zero, axis="a", dtype=dtype, shifted="sh")
+
+
+_SOFTMAX = Softmax("x", axis="a", shifted="sh")
 
 
 RULES = [
@@ -215,19 +219,23 @@ RULES = [
         "softmax over axis a of x transposed by p is the softmax over x's axis p[a], transposed by p",
         (
             Variant(
-                Softmax(Transpose("x", perm="p"), axis="a"),
-                Transpose(Softmax("x", axis="(vec-get p a)"), perm="p"),
+                Softmax(Transpose("x", perm="p"), axis="a", shifted="sh"),
+                Transpose(Softmax("x", axis="(vec-get p a)", shifted="sh"), perm="p"),
             ),
         ),
-        lambda rng: (lambda ex: {**ex, "p": rand_perm(rng, len(ex["x"].shape))})(_x_axis(rng)),
+        lambda rng: (
+            lambda ex: {**ex, "p": rand_perm(rng, len(ex["x"].shape)), "sh": int(rng.integers(0, 2))}
+        )(_x_axis(rng)),
     ),
     Rule(
         "softmax-unshifted",
-        "exp(x) / sum(exp(x)) is softmax(x): equal wherever the written form does not overflow; "
-        "subtracting the max only removes its overflow (inf/inf = NaN, or inf) and its underflow (0/0)",
+        "exp(x) / sum(exp(x)) is the unshifted softmax(x), which computes it as written (its overflow, "
+        "inf / inf = NaN, included: no rule turns it into the shifted softmax's number)",
         (
-            Variant(Div(Exp("x"), ReduceSum(Exp("x"), axis="a", keepdim=1)), Softmax("x", axis="a")),
-            Variant(Div(Exp("x"), _float32_sum(Exp("x"))), Softmax("x", axis="a"), _IN_X),
+            Variant(
+                Div(Exp("x"), ReduceSum(Exp("x"), axis="a", keepdim=1)), Softmax("x", axis="a", shifted=0)
+            ),
+            Variant(Div(Exp("x"), _float32_sum(Exp("x"))), Softmax("x", axis="a", shifted=0), _IN_X),
         ),
         lambda rng: {**_x_axis(rng), "d": F32},
         exact=False,
@@ -236,9 +244,9 @@ RULES = [
         "softmax-is-masked",
         "a softmax, in x's dtype or of x cast, is the masked softmax that masks nothing",
         (
-            Variant(Softmax("x", axis="a"), _masked("x", "d", _TRUE, float("-inf")), _IN_X),
+            Variant(_SOFTMAX, _masked("x", "d", _TRUE, float("-inf")), _IN_X),
             Variant(
-                Softmax(Cast("x", dtype="dc"), axis="a"),
+                Softmax(Cast("x", dtype="dc"), axis="a", shifted="sh"),
                 _masked("x", "dc", _TRUE, float("-inf")),
                 (float_dtype(dtype_of("x")),),
             ),
@@ -249,8 +257,10 @@ RULES = [
         "masked-softmax",
         "the softmax of where(mask, x, fill), in x's dtype or cast, is one masked softmax",
         (
-            Variant(Softmax(Select("m", "x", _FILL), axis="a"), _masked("x", "d"), _IN_X),
-            Variant(Softmax(Cast(Select("m", "x", _FILL), dtype="dc"), axis="a"), _masked("x", "dc")),
+            Variant(Softmax(Select("m", "x", _FILL), axis="a", shifted="sh"), _masked("x", "d"), _IN_X),
+            Variant(
+                Softmax(Cast(Select("m", "x", _FILL), dtype="dc"), axis="a", shifted="sh"), _masked("x", "dc")
+            ),
         ),
         _masked_example,
     ),

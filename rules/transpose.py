@@ -146,8 +146,8 @@ def _into_softmax(r: int) -> Variant:
     axis of x transposed: the canonical layout attention is recognized in (only that direction: each
     transposed softmax in every layout grows the e-graph, and extraction through their cycles)."""
     return Variant(
-        Transpose(Softmax("x", axis="a"), perm="p"),
-        Softmax(Transpose("x", perm="p"), axis=r - 1),
+        Transpose(Softmax("x", axis="a", shifted="sh"), perm="p"),
+        Softmax(Transpose("x", perm="p"), axis=r - 1, shifted="sh"),
         (equal("(vec-length p)", r), equal(f"(vec-get p {r - 1})", "a"), f"(< a {r - 1})"),
     )
 
@@ -158,7 +158,7 @@ def _softmax_last_example(rng: Any) -> dict[str, Any]:
     r = len(ex["x"].shape)
     a = int(rng.integers(r - 1))
     rest = [i for i in rng.permutation(r) if i != a]
-    return {**ex, "a": a, "p": tuple(int(i) for i in (*rest, a))}
+    return {**ex, "a": a, "p": tuple(int(i) for i in (*rest, a)), "sh": int(rng.integers(0, 2))}
 
 
 def _expand_example(rng: Any) -> dict[str, Any]:

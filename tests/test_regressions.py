@@ -156,6 +156,28 @@ def test_folds_still_apply_to_constants_in_range():
     assert "constant-factor-over-offset" in result.report.rules_fired
 
 
+def test_an_unshifted_softmax_keeps_its_overflow():
+    """r35: exp(s) / sum(exp(s)) overflows (inf / inf = NaN) where scores exceed exp's range; the fused
+    attention computes it as written (``shifted=0``), not the shifted softmax's number, so a later
+    ``where(out > 0, out, y)`` picks what jax.jit picks."""
+
+    def f(q, k, v, mask, y):
+        e = jnp.exp(((q @ k.T) * 0.25 + mask).astype(jnp.float32))
+        out = (e / jnp.sum(e, axis=-1, keepdims=True)).astype(jnp.float16) @ v
+        return (jnp.where(out > 0, out, y),)
+
+    rng = np.random.default_rng(0)
+    h = lambda *s, scale=1.0: jnp.asarray(rng.normal(size=s) * scale, jnp.float16)  # noqa: E731
+    mask = jnp.asarray(np.where(rng.random((16, 16)) < 0.3, -np.inf, 0.0), jnp.float16)
+    args = (h(16, 16), h(16, 16, scale=300.0), h(16, 8), mask, h(1, 8))
+    _close(f, *args)
+    fn = eqsat.jit(f)
+    fn(*args)
+    (result,) = fn.results.values()
+    (attention,) = (op for op in result.program.ops if "attention" in op.name)
+    assert attention.attrs["shifted"] == 0
+
+
 def test_reassociation_moves_no_outer_product_into_a_shift():
     """Found by the fuzzer: ``(x xᵀ) x`` reassociated to ``x (xᵀ x)`` ends in a product over one
     element, which XLA:CPU computes as a multiply fused into both the max and the subtraction of a

@@ -31,9 +31,20 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast, broadcasts_to
 from eqsat.types import FLOAT_DTYPES, TensorType
 
-from .base import ACCUMULATE, RESULT_DTYPE, Attr, Kernel, OpDef, PhasesFn, contraction_kind, product_kind
+from .base import (
+    ACCUMULATE,
+    RESULT_DTYPE,
+    SHIFTED,
+    Attr,
+    Kernel,
+    OpDef,
+    PhasesFn,
+    contraction_kind,
+    product_kind,
+)
 from .flash import Blocks, Masking, blocked_attention, flash_blocks, flash_key_blocks
 from .linear import matmul
+from .reduce import softmax
 
 
 @dataclass(frozen=True)
@@ -222,8 +233,10 @@ def naive_attention(
     softmax_dtype: str,
     zero_masked: int = 0,
     divisor: float = 1.0,
+    shifted: int = 1,
 ) -> Array:
-    """The program as written: scores, softmax and probabilities rounded where it rounds them."""
+    """The program as written: scores, softmax (shifted or not) and probabilities rounded where it
+    rounds them."""
     b, m = _optional(bias, mask)
     precision = (scores_dtype, softmax_dtype)
     masking = Masking(
@@ -238,7 +251,7 @@ def naive_attention(
         divisor=divisor,
     )
     scores, keep = masking.scores(q, k, 0, 0, b, m)
-    probabilities = jax.nn.softmax(scores, axis=-1)
+    probabilities = softmax(scores, axis=-1, shifted=shifted)
     if zero_masked and keep is not None:
         probabilities = jnp.where(keep, probabilities, 0)
     return jnp.matmul(probabilities.astype(q.dtype), v, preferred_element_type=q.dtype)
@@ -298,8 +311,10 @@ def flash_attention(
     softmax_dtype: str,
     zero_masked: int = 0,
     divisor: float = 1.0,
+    shifted: int = 1,
 ) -> Array:
-    if not (q.size and k.size and v.size):  # nothing to stream: the empty result the program gives
+    # nothing to stream, or an unshifted softmax (streaming needs the running max): as written
+    if not (q.size and k.size and v.size and shifted):
         return naive_attention(
             q,
             k,
@@ -313,6 +328,7 @@ def flash_attention(
             softmax_dtype=softmax_dtype,
             zero_masked=zero_masked,
             divisor=divisor,
+            shifted=shifted,
         )
     b, m = _optional(bias, mask)
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
@@ -365,6 +381,7 @@ def _attention(name: str, doc: str, phases: PhasesFn, lower: object) -> OpDef:
             Attr("divisor", "float", 1.0),
             Attr("scores_dtype", "str", ACCUMULATE),
             Attr("softmax_dtype", "str", ACCUMULATE),
+            SHIFTED,
         ),
         Attention(),
         flops=_attention_flops,

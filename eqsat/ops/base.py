@@ -240,5 +240,9 @@ def one_dtype(types: Sequence[TensorType], attrs: dict) -> str | None:
 
 
 AXIS = Attr("axis", "int")
+# A softmax as its program wrote it: shifted by its max (exp(x - max), as every library's softmax is),
+# or not (exp(x) / sum(exp(x)), which overflows to inf / inf = NaN where x exceeds exp's range, and
+# the op keeps that: a rule may not turn the program's NaN into another program's number)
+SHIFTED = Attr("shifted", "int", 1, (0, 1))
 RESULT_DTYPE = Attr("dtype", "str", LIKE_INPUT)
 ACT = Attr("act", "str", "none", ("none", "relu", "gelu"))

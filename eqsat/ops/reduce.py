@@ -15,7 +15,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule, broadcasts_to
 from eqsat.types import FLOAT_DTYPES, HALF_DTYPES, TensorType
 
-from .base import AXIS, RESULT_DTYPE, Attr, Kernel, OpDef, floats
+from .base import AXIS, RESULT_DTYPE, SHIFTED, Attr, Kernel, OpDef, floats
 
 Array = jax.Array
 
@@ -92,16 +92,25 @@ def softmax_passes(x: TensorType, out: TensorType, axis: int) -> list[Kernel]:
     ]
 
 
+def softmax(x: Array, *, axis: int, shifted: int = 1) -> Array:
+    """exp(x - max) / sum(exp(x - max)) along axis, or unshifted, exp(x) / sum(exp(x)), as written."""
+    if shifted:
+        return jax.nn.softmax(x, axis=axis)
+    e = jnp.exp(x)
+    return e / jnp.sum(e, axis=axis, keepdims=True)
+
+
 SOFTMAX = OpDef(
     "softmax",
     1,
-    "exp(x - max) / sum(exp(x - max)) along axis",
-    (AXIS,),
+    "exp(x - max) / sum(exp(x - max)) along axis; unshifted (shifted = 0), exp(x) / sum(exp(x)), "
+    "its overflow included",
+    (AXIS, SHIFTED),
     phases=lambda i, o, a: softmax_passes(i[0], o, a["axis"]),
     axis_attr="axis",
     check=floats,
     fusion="reduce",
-    lower=lambda x, *, axis: jax.nn.softmax(x, axis=axis),
+    lower=softmax,
 )
 
 
@@ -125,13 +134,15 @@ def _masked_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
     return None if types[1].dtype == "bool" else f"mask must be bool, got {types[1].dtype}"
 
 
-def _masked_softmax(x: Array, mask: Array, *, fill: float, zero_masked: int, axis: int, dtype: str) -> Array:
-    """As written: the fill where the mask is false (in x's dtype), cast to ``dtype``, softmax, and the
-    masked probabilities zeroed."""
+def _masked_softmax(
+    x: Array, mask: Array, *, fill: float, zero_masked: int, axis: int, dtype: str, shifted: int
+) -> Array:
+    """As written: the fill where the mask is false (in x's dtype), cast to ``dtype``, softmax (shifted
+    or not), and the masked probabilities zeroed."""
     keep = None if isinstance(mask, np.ndarray) and bool(mask.all()) else mask
     if keep is not None:
         x = jnp.where(keep, x, jnp.asarray(fill, x.dtype))
-    p = jax.nn.softmax(lax.convert_element_type(x, jnp.dtype(dtype)), axis=axis)
+    p = softmax(lax.convert_element_type(x, jnp.dtype(dtype)), axis=axis, shifted=shifted)
     return jnp.where(keep, p, jnp.asarray(0, p.dtype)) if zero_masked and keep is not None else p
 
 
@@ -153,6 +164,7 @@ MASKED_SOFTMAX = OpDef(
         Attr("zero_masked", "int", 0, (0, 1)),
         AXIS,
         RESULT_DTYPE,
+        SHIFTED,
     ),
     MaskedSoftmax(),
     "dtype",
