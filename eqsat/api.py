@@ -16,6 +16,7 @@ import numpy as np
 from eqsat.cache import ProgramCache, bind, optimization_key, uncacheable
 from eqsat.config import config
 from eqsat.cost import CostModel, get_cost_model
+from eqsat.deadline import Deadline, TimeLimit
 from eqsat.egraph import REWRITES, Encoding, Serialized, decode, encode, extract_with_egglog
 from eqsat.errors import ShapeError
 from eqsat.extract import TIE_BREAK, greedy_dag, greedy_tree, ilp
@@ -214,8 +215,9 @@ def optimize(
     if result is None:
         bar = ProgressBar(limits.max_iterations) if progress is None or progress is True else None
         callback = bar or (progress if callable(progress) else None)
+        job = _Job(tuple(chosen), model, limits, callback, extractor, Deadline(limits.timeout_s))
         try:
-            result = _optimized(program, chosen, model, limits, callback, extractor)
+            result = _optimized(program, job)
         finally:
             if bar is not None:
                 bar.close()
@@ -242,23 +244,32 @@ def optimize(
     return result
 
 
-def _optimized(
-    program: Program,
-    chosen: list[Rule],
-    model: CostModel,
-    limits: Limits,
-    progress: Callable[[Iteration], None] | None,
-    extractor: str,
-) -> OptimizeResult:
+@dataclass(frozen=True)
+class _Job:
+    """What one optimization was asked for, and the deadline its time limit sets for all of it."""
+
+    rules: tuple[Rule, ...]
+    model: CostModel
+    limits: Limits
+    progress: Callable[[Iteration], None] | None
+    extractor: str
+    deadline: Deadline
+
+
+def _optimized(program: Program, job: _Job) -> OptimizeResult:
     """Saturate and extract: control-flow bodies each on their own, a repeated block once."""
-    program = _with_bodies_optimized(
-        program,
-        lambda body: optimize(body, chosen, model, limits, False, extractor=extractor, cache=False).program,
-    )
+
+    def body(program: Program) -> Program:
+        limits = replace(job.limits, timeout_s=max(job.deadline.left(), 0.0))
+        return optimize(
+            program, job.rules, job.model, limits, False, extractor=job.extractor, cache=False
+        ).program
+
+    program = _with_bodies_optimized(program, body)
     repeats = find_repeats(program)
     if repeats is not None:
-        return _optimize_repeats(repeats, chosen, model, limits, progress, extractor)
-    return _optimize_whole(program, chosen, model, limits, progress, extractor)
+        return _optimize_repeats(repeats, job)
+    return _optimize_whole(program, job)
 
 
 def _faster_as_measured(result: OptimizeResult, model: CostModel) -> OptimizeResult:
@@ -341,23 +352,17 @@ def _with_bodies_optimized(program: Program, rewrite: Callable[[Program], Progra
     return replace(program, ops=ops)
 
 
-def _optimize_repeats(
-    repeats: Repeats,
-    rules: list[Rule],
-    model: CostModel,
-    limits: Limits,
-    progress: Callable[[Iteration], None] | None,
-    extractor: str,
-) -> OptimizeResult:
+def _optimize_repeats(repeats: Repeats, job: _Job) -> OptimizeResult:
     """Optimize the prefix, one copy of the repeated block and the suffix side by side in one e-graph,
     and put the program back together with every copy of the block rewritten alike."""
     combined, boundaries = repeats.combined()
-    result = _optimize_whole(combined, rules, model, limits, progress, extractor)
+    result = _optimize_whole(combined, job)
     parts = repeats.split(result.program, boundaries)
     original = repeats.program
     if parts is None:  # extraction tied one segment to another's values: optimize the whole program
-        return _optimize_whole(original, rules, model, limits, progress, extractor)
+        return _optimize_whole(original, job)
     best = repeats.stitch(parts)
+    model = job.model
     before, after = model.program_cost(original), model.program_cost(best)
     block = repeats.segments[repeats.first]
     note = f"a block of {len(block.ops)} ops repeats {repeats.count} times: optimized once, every copy alike"
@@ -370,17 +375,12 @@ def _optimize_repeats(
     return OptimizeResult(best, original, report, result.egraph, result.outputs)
 
 
-def _optimize_whole(
-    program: Program,
-    chosen: list[Rule],
-    model: CostModel,
-    limits: Limits,
-    progress: Callable[[Iteration], None] | None,
-    extractor: str,
-) -> OptimizeResult:
-    """Saturate the whole program in one e-graph and extract from it."""
+def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
+    """Saturate the whole program in one e-graph and extract from it, all before ``job.deadline``: a
+    time limit that passes while the program loads or is extracted returns the input."""
     timings: dict[str, float] = {}
-    t = t_start = time.perf_counter()
+    model, limits, deadline = job.model, job.limits, job.deadline
+    t = time.perf_counter()
     original, program = program, drop_unit_dims(program)
     enc = encode(program)
     timings["encode"] = time.perf_counter() - t
@@ -389,36 +389,73 @@ def _optimize_whole(
 
     def start() -> Any:
         t0 = time.perf_counter()
-        egraph = fresh_egraph(chosen)
-        egraph.parse_and_run_program(enc.commands)
+        egraph = fresh_egraph(job.rules)
+        for chunk in enc.chunks():
+            deadline.check("while the program loaded")
+            egraph.parse_and_run_program(chunk)
         loads.append(time.perf_counter() - t0)
         return egraph
 
     try:
-        egraph, sat = saturate(start, limits, progress)
+        egraph, sat = saturate(start, limits, job.progress, deadline=deadline)
     except (KeyboardInterrupt, SystemExit):
         raise
+    except TimeLimit as e:
+        return _timed_out(original, model, timings, str(e))
     except BaseException as e:  # egglog errors, and Rust panics (BaseException), e.g. a rule equating shapes
         return _unchanged(original, model, timings, f"saturation failed, the input is returned: {e}")
     timings["encode"] += loads[0]
     timings["saturate"] = sat.seconds - loads[0]
     t = time.perf_counter()
-    graph = Serialized(egraph.serialize([]).to_json())
-    if extractor == "egglog":
-        best = extract_with_egglog(egraph, enc, program)
-        after = model.program_cost(best)
-    else:
-        # the ILP gets what is left of timeout_s (at least a moment): optimize ends near the limit
-        left = limits.timeout_s - (time.perf_counter() - t_start)
-        ilp_seconds = min(limits.ilp_timeout_s, max(left, 0.05))
-        best, extractor, after = _extract(graph, enc, program, model, extractor, ilp_seconds)
+    if not sat.rules_fired():  # the e-graph holds the program and nothing else: nothing to choose
+        timings["extract"] = 0.0
+        return _chosen(original, program, model.program_cost(program), job, sat, timings)
+    try:
+        graph = Serialized(egraph.serialize([]).to_json())
+        if job.extractor == "egglog":
+            best = extract_with_egglog(egraph, enc, program)
+            extractor, after = job.extractor, model.program_cost(best)
+        else:
+            # the ILP gets what is left of the time (at least a moment): optimize ends near the limit
+            ilp_seconds = min(limits.ilp_timeout_s, max(deadline.left(), 0.05))
+            best, extractor, after = _extract(graph, enc, program, job, ilp_seconds)
+    except TimeLimit as e:
+        timings["extract"] = time.perf_counter() - t
+        return _timed_out(original, model, timings, str(e), sat)
     timings["extract"] = time.perf_counter() - t
-    before = model.program_cost(original)
+    result = _chosen(original, best, after, replace(job, extractor=extractor), sat, timings)
+    return replace(result, egraph=graph, outputs=[graph.roots[r] for r in enc.roots])
+
+
+def _chosen(
+    original: Program,
+    best: Program,
+    after: float,
+    job: _Job,
+    sat: SaturationReport,
+    timings: dict[str, float],
+) -> OptimizeResult:
+    """The result: ``best`` (of cost ``after``), or the input where it is not cheaper."""
+    before = job.model.program_cost(original)
     note = ""
     if not _cheaper(after, before):  # the input, as the caller wrote it
         best, after, note = original, before, "extraction found nothing cheaper; the input is returned"
-    report = Report(sat, model.name, before, after, timings, note, extractor)
-    return OptimizeResult(best, original, report, graph, [graph.roots[r] for r in enc.roots])
+    report = Report(sat, job.model.name, before, after, timings, note, job.extractor)
+    return OptimizeResult(best, original, report)
+
+
+def _timed_out(
+    program: Program,
+    model: CostModel,
+    timings: dict[str, float],
+    why: str,
+    saturation: SaturationReport | None = None,
+) -> OptimizeResult:
+    """The input, where the time limit passed before a program could be extracted."""
+    cost = model.program_cost(program)
+    sat = saturation or SaturationReport(stop_reason=why.split(" passed", 1)[0])
+    note = f"{why}: the input is returned"
+    return OptimizeResult(program, program, Report(sat, model.name, cost, cost, timings, note, "none"))
 
 
 def _cheaper(after: float, before: float) -> bool:
@@ -439,12 +476,15 @@ DAG_MAX_NODES = 1500  # greedy DAG extraction (quadratic) up to this many; greed
 
 
 def _extract(
-    graph: Serialized, enc: Encoding, program: Program, model: CostModel, extractor: str, ilp_timeout_s: float
+    graph: Serialized, enc: Encoding, program: Program, job: _Job, ilp_timeout_s: float
 ) -> tuple[Program, str, float]:
-    """The cheapest program under ``model`` among the extractors that apply, which one found it, its cost."""
+    """The cheapest program under the job's model among the extractors that apply, which one found it,
+    its cost."""
+    model, extractor, deadline = job.model, job.extractor, job.deadline
     constants = graph.constant_classes(enc, program.param_values)
-    small = graph.num_nodes <= DAG_MAX_NODES
-    warm = greedy_dag(graph, model, constants) if small else greedy_tree(graph, model, constants)
+    greedy = greedy_dag if graph.num_nodes <= DAG_MAX_NODES else greedy_tree
+    warm = greedy(graph, model, constants, deadline)
+    deadline.check("during extraction")
     candidates = {"greedy": decode(graph, enc, warm, program)}
     if extractor == "ilp" or (extractor == "auto" and graph.num_nodes <= ILP_MAX_NODES):
         roots = [graph.roots[r] for r in enc.roots]

@@ -208,6 +208,12 @@ class Encoding:
     leaves: dict[str, Value] = field(default_factory=dict)
     opaque: dict[str, Op] = field(default_factory=dict)
 
+    def chunks(self, size: int = 2000) -> Iterable[str]:
+        """The commands, ``size`` at a time (one command a line): a load can stop between them."""
+        lines = self.commands.split("\n")
+        for i in range(0, len(lines), size):
+            yield "\n".join(lines[i : i + size])
+
 
 def encode(program: Program, typed: bool = True) -> Encoding:
     """One ``let`` per value in topological order (one nested expression would be quadratic).

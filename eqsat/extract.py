@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from eqsat.cost import CostModel
+from eqsat.deadline import Deadline
 from eqsat.egraph import Node, Serialized, attrs_of, input_classes, spec_of
 from eqsat.ops import OPAQUE, folds
 
@@ -83,12 +84,20 @@ class Extraction:
         return set(self._best[cid][1])
 
 
-def greedy_dag(graph: Serialized, model: CostModel, constants: frozenset[str] = frozenset()) -> Extraction:
-    """Greedy DAG extraction (``constants``: classes whose value is known at compile time)."""
+def greedy_dag(
+    graph: Serialized,
+    model: CostModel,
+    constants: frozenset[str] = frozenset(),
+    deadline: Deadline | None = None,
+) -> Extraction:
+    """Greedy DAG extraction (``constants``: classes whose value is known at compile time); raises
+    :class:`eqsat.deadline.TimeLimit` once ``deadline`` passes."""
     costs = node_costs(graph, model, constants)
     best: dict[str, tuple[float, dict[str, float], Node]] = {}
     changed = True
     while changed:
+        if deadline is not None:
+            deadline.check("during extraction")
         changed = False
         for cid, nodes in graph.classes.items():
             for node in nodes:
@@ -108,11 +117,17 @@ def greedy_dag(graph: Serialized, model: CostModel, constants: frozenset[str] = 
     return Extraction(best)
 
 
-def greedy_tree(graph: Serialized, model: CostModel, constants: frozenset[str] = frozenset()) -> Extraction:
+def greedy_tree(
+    graph: Serialized,
+    model: CostModel,
+    constants: frozenset[str] = frozenset(),
+    deadline: Deadline | None = None,
+) -> Extraction:
     """Fast bottom-up extraction by tree cost (a shared subterm counted once per use), in O(nodes·updates).
 
     Used as the ILP's warm start on large e-graphs, where ``greedy_dag``'s per-class sub-DAG sets cost
-    quadratic time. Every node costs at least a tiny epsilon, so a cycle can never be cheapest.
+    quadratic time. Every node costs at least a tiny epsilon, so a cycle can never be cheapest. Raises
+    :class:`eqsat.deadline.TimeLimit` once ``deadline`` passes.
     """
     costs = node_costs(graph, model, constants)
     floor = 1e-9 * max(costs.values(), default=1.0) + 1e-300
@@ -123,7 +138,11 @@ def greedy_tree(graph: Serialized, model: CostModel, constants: frozenset[str] =
                 parents.setdefault(c, []).append(n)
     best: dict[str, tuple[float, dict[str, float], Node]] = {}
     queue = deque(n for nodes in graph.classes.values() for n in nodes if not _children(graph, n))
+    steps = 0
     while queue:
+        steps += 1
+        if deadline is not None and steps % 4096 == 0:
+            deadline.check("during extraction")
         node = queue.popleft()
         kids = _children(graph, node)
         if any(k not in best for k in kids):

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from eqsat.deadline import Deadline
 from eqsat.egraph import ANALYSIS, REWRITES, TENSOR_CTORS, new_egraph
 from eqsat.rules import Rule
 
@@ -39,6 +39,11 @@ class Limits:
     match_limit: int = 2_000
     ban_length: int = 5
     ilp_timeout_s: float = 0.3
+
+
+# Extraction (serializing the e-graph, costing and choosing its nodes, decoding) takes about this long
+# per e-node on this project's 2-core CPU: saturation leaves that much of the time limit to it.
+EXTRACTION_SECONDS_PER_NODE = 1e-4
 
 
 @dataclass
@@ -221,7 +226,7 @@ def _small(key: tuple[Rule, ...]) -> bindings.EGraph:
 
 
 GOAL_REACHED = "goal reached"
-NODE_SLACK = 1.5  # the e-graph may end this far above max_nodes, never further
+NODE_SLACK = 1.1  # the e-graph may end this far above max_nodes, never further
 _ITERATION = f"(run-schedule (run-with {{scheduler}} {REWRITES}) (saturate {ANALYSIS}))"
 
 
@@ -264,6 +269,7 @@ def saturate(
     limits: Limits | None = None,
     progress: Callable[[Iteration], None] | None = None,
     goal: Callable[[bindings.EGraph], bool] | None = None,
+    deadline: Deadline | None = None,
 ) -> tuple[bindings.EGraph, SaturationReport]:
     """Run the installed rules until saturation or a limit (or until ``goal(egraph)`` holds, checked
     after each iteration); the saturated e-graph and a report.
@@ -273,27 +279,34 @@ def saturate(
     (one rule's matches can multiply the e-graph) is undone by replaying the iterations before it,
     then retried with only the rules whose matches fit the room left; if that overshoots too, it is
     undone and saturation stops at the last iteration that fit. No iteration starts when the previous
-    one's duration would pass ``timeout_s``.
+    one's duration, and the extraction of the e-graph after it, would pass the ``deadline`` (by
+    default ``timeout_s`` from now).
     """
     limits = limits or Limits()
+    deadline = deadline or Deadline(limits.timeout_s)
     report = SaturationReport()
-    t_start = time.perf_counter()
+    t_start = deadline.elapsed()
     cap = int(NODE_SLACK * limits.max_nodes)
     run = _Replayable(start, limits)
     nodes, _ = sizes(run.egraph)
-    last_seconds = 0.0
+    # an iteration runs every rule over the whole e-graph: the first is expected to take about twice
+    # as long as loading it took, each later one as long as the one before
+    last_seconds = 2 * (deadline.elapsed() - t_start)
     for index in range(limits.max_iterations):
-        if time.perf_counter() - t_start + last_seconds > limits.timeout_s:
-            report.stop_reason = f"time limit ({limits.timeout_s:g} s)"
+        if nodes > limits.max_nodes:
+            report.stop_reason = f"node limit ({nodes} > {limits.max_nodes} e-nodes)"
             break
-        t0 = time.perf_counter()
+        if deadline.left() < last_seconds + EXTRACTION_SECONDS_PER_NODE * nodes:
+            report.stop_reason = f"time limit ({deadline.seconds:g} s)"
+            break
+        t0 = deadline.elapsed()
         result = run.step(_ITERATION.format(scheduler="backoff"))
         size = sizes(run.egraph)
         if size[0] > cap:
             result, size = _retry_within(run, index, result, nodes, size[0], cap)
             report.stop_reason = f"node limit (the next iteration passes {cap} e-nodes)"
         nodes, classes = size
-        last_seconds = time.perf_counter() - t0
+        last_seconds = deadline.elapsed() - t0
         matches = {k: v for k, v in result.num_matches_per_rule.items() if not k.startswith(_ANALYSIS_RULES)}
         it = Iteration(index, nodes, classes, matches, last_seconds)
         report.iterations.append(it)
@@ -307,13 +320,13 @@ def saturate(
             report.stop_reason = "saturated"
         elif nodes > limits.max_nodes:
             report.stop_reason = f"node limit ({nodes} > {limits.max_nodes} e-nodes)"
-        elif time.perf_counter() - t_start > limits.timeout_s:
-            report.stop_reason = f"time limit ({limits.timeout_s:g} s)"
+        elif deadline.left() < EXTRACTION_SECONDS_PER_NODE * nodes:
+            report.stop_reason = f"time limit ({deadline.seconds:g} s)"
         if report.stop_reason:
             break
     else:
         report.stop_reason = f"iteration limit ({limits.max_iterations})"
-    report.seconds = time.perf_counter() - t_start
+    report.seconds = deadline.elapsed() - t_start
     return run.egraph, report
 
 
