@@ -13,7 +13,7 @@ and per model: the rank correlation (Spearman) between predicted and measured ga
 the correlation over absolute costs and times, and how fast each model's own choice runs against
 the fastest candidate and the input.
 
-    python -m bench.cost_accuracy            # -> bench/cost_accuracy.json, bench/cost_accuracy.png
+    python -m bench.cost_accuracy            # -> bench/cost_accuracy.json, docs/img/cost_accuracy.png
     python -m bench.cost_accuracy --quick    # a few programs
 """
 
@@ -43,6 +43,7 @@ from eqsat.cost import CostModel, FunctionCost, Roofline, XlaFusion, get_cost_mo
 from eqsat.lowering import lower
 from eqsat.ops import OPAQUE, OPS
 
+FIGURE = OUT.parent / "docs" / "img" / "cost_accuracy.png"  # shown on the docs site and in the README
 BUILT_IN = ("nodes", "flops", "roofline", "xla")
 MODELS: dict[str, CostModel] = {}  # the built-in models, and the rooflines over a profile calibrated here
 PERTURBED = 4  # extractions under randomly perturbed rooflines, per program
@@ -218,7 +219,7 @@ def plot(sets: dict[str, list[dict[str, Any]]], summary: dict[str, Any]) -> None
         ax.set_ylabel("measured time / input's")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(OUT / "cost_accuracy.png", dpi=120)
+    fig.savefig(FIGURE, dpi=120)
 
 
 def markdown(summary: dict[str, Any]) -> str:

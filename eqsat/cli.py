@@ -101,7 +101,7 @@ def _show(args: argparse.Namespace) -> int:
         Picture(program_graph(program, Path(args.file).name)).save(args.svg)
         print(f"wrote {args.svg}")
     if args.egraph_svg:
-        result = eqsat.optimize(program)
+        result = eqsat.optimize(program, cache=False)  # a cached result keeps no e-graph to draw
         caps = {"max_classes": args.max_classes} if args.max_classes else {}
         result.show("egraph", depth=args.depth, **caps).save(args.egraph_svg)
         print(f"wrote {args.egraph_svg} (the saturated e-graph)")

@@ -31,16 +31,26 @@ def _layout_command() -> str:
     raise EqsatError("no graphviz layout program found: install graphviz or `pip install graphviz-pure`")
 
 
-def render_svg(graph: graphviz.Digraph) -> str:
-    """Lay out a graphviz graph and return its SVG text."""
-    out = subprocess.run([_layout_command(), "-Tsvg"], input=graph.source, capture_output=True, text=True)
+def render(graph: graphviz.Digraph, fmt: str) -> bytes:
+    """Lay out a graphviz graph and return it in format ``fmt`` (svg, png, pdf, ...: what the layout
+    program writes)."""
+    command = _layout_command()
+    out = subprocess.run([command, f"-T{fmt}"], input=graph.source.encode(), capture_output=True)
     if out.returncode != 0:
-        raise EqsatError(f"graphviz failed: {out.stderr.strip()}")
+        why = out.stderr.decode(errors="replace").strip()
+        raise EqsatError(f"{Path(command).name} cannot write {fmt}: {why} (svg and png always work)")
     return out.stdout
 
 
+def render_svg(graph: graphviz.Digraph) -> str:
+    """Lay out a graphviz graph and return its SVG text."""
+    return render(graph, "svg").decode()
+
+
 class Picture:
-    """A rendered graph: shows itself in notebooks, ``save(path)`` writes the SVG."""
+    """A rendered graph: shows itself in notebooks, ``save(path)`` writes it in the format its suffix
+    names (``.svg``; ``.png``; ``.dot`` or ``.gv``, the graph's source; ``.pdf`` where Graphviz's
+    ``dot`` is installed)."""
 
     def __init__(self, graph: graphviz.Digraph) -> None:
         self.graph = graph
@@ -51,7 +61,13 @@ class Picture:
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        path.write_text(self.svg)
+        fmt = path.suffix.lower().lstrip(".") or "svg"
+        if fmt == "svg":
+            path.write_text(self.svg)
+        elif fmt in ("dot", "gv"):
+            path.write_text(self.graph.source)
+        else:
+            path.write_bytes(render(self.graph, fmt))
         return path
 
 

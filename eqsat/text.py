@@ -71,23 +71,28 @@ class Line:
     region_args: tuple[tuple[str, ...], ...] = ()  # each region's block arguments (``while``: loop values)
 
 
-_TOP_LEVEL = re.compile(r"[,()\[\]{}<>]")
+_TOP_LEVEL = re.compile(r'"(?:[^"\\]|\\.)*"|[,()\[\]{}<>]')  # quoted strings are skipped whole
+_CLOSING = {"(": ")", "[": "]", "{": "}", "<": ">"}
 
 
 def split_top(text: str) -> list[str]:
-    """Split on commas outside brackets; empty input gives an empty list."""
+    """Split on commas outside brackets (and quoted strings); empty input gives an empty list. Brackets
+    that do not pair up are a :class:`ParseError`."""
     parts: list[str] = []
-    depth = start = 0
+    start = 0
+    open_: list[str] = []
     for m in _TOP_LEVEL.finditer(text):
         ch = m.group()
         if ch == ",":
-            if depth == 0:
+            if not open_:
                 parts.append(text[start : m.start()].strip())
                 start = m.end()
-        elif ch in "([{<":
-            depth += 1
-        else:
-            depth -= 1
+        elif ch in _CLOSING:
+            open_.append(_CLOSING[ch])
+        elif not open_ or open_.pop() != ch:  # a closing bracket: it must close the last one opened
+            raise ParseError(f"unbalanced {ch!r} in {text.strip()!r}")
+    if open_:
+        raise ParseError(f"a closing {open_[-1]!r} is missing in {text.strip()!r}")
     tail = text[start:].strip()
     if tail or parts:
         parts.append(tail)
@@ -201,6 +206,15 @@ def _names(text: str, line: int, what: str) -> tuple[str, ...]:
 
 def parse_line(text: str, number: int) -> Line:
     """Split one op line; raise :class:`ParseError` naming the line if it does not fit the grammar."""
+    try:
+        return _parse_line(text, number)
+    except ParseError as e:
+        if e.line is not None:
+            raise
+        raise ParseError(e.reason, line=number, op=e.op) from None
+
+
+def _parse_line(text: str, number: int) -> Line:
     m = _LINE.match(text)
     if not m:
         if _REGION_OP.match(text):
@@ -221,7 +235,10 @@ def parse_line(text: str, number: int) -> Line:
     out_text = outs.strip()
     if out_text.startswith("(") and out_text.endswith(")"):
         out_text = out_text[1:-1]
-    return _op_line(m, number, tuple(split_top(ins[1:-1])), tuple(split_top(out_text)))
+    line = _op_line(m, number, tuple(split_top(ins[1:-1])), tuple(split_top(out_text)))
+    if line.results and not line.out_types:
+        raise ParseError(f"the result types are missing after '->' in {sig.strip()!r}", line=number, op=name)
+    return line
 
 
 def _op_line(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -76,11 +76,19 @@ def check_rule(
 EXTREME_KINDS = ("wide", "offset", "edge")
 
 
-def _check_example(
-    rule: Rule, rng: np.random.Generator, bindings: dict[str, Any], must_fire: bool
-) -> RuleCheck:
-    """Check the rule on each kind of input, in an e-graph of its own that states the inputs' ranges
-    (as a program's parameters with values have them): a range-guarded rule fires where they allow."""
+@dataclass
+class _Example:
+    """A rule's example as e-graph commands: its tensors as inputs of ``program`` (``leaves`` by
+    name), every binding's egglog text (``egg``), and the left-hand sides to instantiate (``roots``)."""
+
+    program: Program
+    cmds: list[str]
+    egg: dict[str, str]
+    leaves: dict[str, Value]
+    roots: tuple[str, ...]
+
+
+def _example(rule: Rule, bindings: dict[str, Any]) -> _Example:
     program = Program()
     egg: dict[str, str] = {}
     cmds = []
@@ -96,24 +104,59 @@ def _check_example(
         else:
             egg[name] = literal(value)
     leaves = {v.name: v for v in program.inputs if v.name}
+    roots = tuple(dict.fromkeys(r for v in rule.variants for r in v.roots))
+    return _Example(program, cmds, egg, leaves, roots)
+
+
+def _check_example(
+    rule: Rule, rng: np.random.Generator, bindings: dict[str, Any], must_fire: bool
+) -> RuleCheck:
+    """Check the rule on each kind of input, in an e-graph of its own that states the inputs' ranges
+    (as a program's parameters with values have them): a range-guarded rule fires where they allow."""
+    ex = _example(rule, bindings)
     extreme = tuple(k for k in EXTREME_KINDS if not (rule.assumes and k == "wide"))
     kinds = ("normal", "special") if rule.exact else ("normal", *extreme)
-    roots = tuple(dict.fromkeys(r for v in rule.variants for r in v.roots))
     compared, fired = 0, False
     for kind in kinds:
-        args = [_drawn(v, rng, kind, v.name in rule.positive) for v in program.inputs]
+        args = [_drawn(v, rng, kind, v.name in rule.positive) for v in ex.program.inputs]
         ranges = [
             fact
-            for v, a in zip(program.inputs, args, strict=True)
+            for v, a in zip(ex.program.inputs, args, strict=True)
             if v.type.dtype in FLOAT_DTYPES and (r := Range.of(np.asarray(a))) is not None
-            for fact in r.facts(egg[v.name or ""])
+            for fact in r.facts(ex.egg[v.name or ""])
         ]
-        n, grew = _check_roots(rule, roots, [*cmds, *ranges], egg, leaves, program, {kind: args}, bindings)
+        n, grew = _check_roots(rule, replace(ex, cmds=[*ex.cmds, *ranges]), {kind: args}, bindings)
         compared += n
         fired |= grew and kind == "normal"
     if not fired and must_fire:
         raise EqsatError(f"rule {rule.name} did not fire on its example {bindings}")
-    return RuleCheck(rule.name, compared, list(roots), fired)
+    return RuleCheck(rule.name, compared, list(ex.roots), fired)
+
+
+def example_programs(rule: Rule, seed: int = 0) -> list[Program]:
+    """The left-hand sides of ``rule``'s variants instantiated on its example (those it fits), each a
+    program of the example's tensors."""
+    ex = _example(rule, rule.example(np.random.default_rng(seed)))
+    _, lhs = _instantiate(new_egraph(), ex)
+    return list(lhs.values())
+
+
+def _instantiate(egraph: Any, ex: _Example) -> tuple[list[str], dict[str, Program]]:
+    """Let every root in ``egraph``; the roots' names and the programs of those the example fits."""
+    names = [f"$root{k}" for k in range(len(ex.roots))]
+    lets = [f"(let {n} {_substitute(r, ex.egg)})" for n, r in zip(names, ex.roots, strict=True)]
+    egraph.parse_and_run_program("\n".join([*ex.cmds, *lets]))
+    egraph.parse_and_run_program("(run-schedule (saturate analysis))")
+    before = Serialized(egraph.serialize([]).to_json())
+    choose = greedy_dag(before, NodeCount())
+    lhs = {}
+    for n in names:
+        if before.roots[n] in before.types:
+            try:
+                lhs[n] = decode(before, Encoding("", [n], ex.leaves), choose, _shell(ex.program))
+            except ShapeError:
+                continue
+    return names, lhs
 
 
 def _drawn(v: Value, rng: np.random.Generator, kind: str, positive: bool) -> Any:
@@ -129,36 +172,18 @@ def _with_dtype(value: Any, dtype: str) -> Any:
 
 
 def _check_roots(
-    rule: Rule,
-    roots: tuple[str, ...],
-    cmds: list[str],
-    egg: dict[str, str],
-    leaves: dict[str, Value],
-    program: Program,
-    args: dict[str, list[Any]],
-    bindings: dict[str, Any],
+    rule: Rule, ex: _Example, args: dict[str, list[Any]], bindings: dict[str, Any]
 ) -> tuple[int, bool]:
-    """Instantiate every variant's ``roots`` in one e-graph, apply the rule once, compare every term of
+    """Instantiate every variant's roots in one e-graph, apply the rule once, compare every term of
     each root class with the root's value. A root the example does not fit (another variant's rank,
     exp of integers) is left out. A sound rule only merges classes of equal values, so sharing one
     e-graph among the variants hides nothing.
 
     Returns (terms compared, whether some root class gained a term).
     """
-    names = [f"$root{k}" for k in range(len(roots))]
     egraph = new_egraph()
-    lets = [f"(let {n} {_substitute(r, egg)})" for n, r in zip(names, roots, strict=True)]
-    egraph.parse_and_run_program("\n".join([*cmds, *lets]))
-    egraph.parse_and_run_program("(run-schedule (saturate analysis))")
-    before = Serialized(egraph.serialize([]).to_json())
-    choose = greedy_dag(before, NodeCount())
-    lhs = {}
-    for n in names:
-        if before.roots[n] in before.types:
-            try:
-                lhs[n] = decode(before, Encoding("", [n], leaves), choose, _shell(program))
-            except ShapeError:
-                continue
+    names, lhs = _instantiate(egraph, ex)
+    leaves, program, roots = ex.leaves, ex.program, ex.roots
     expected = {(n, kind): _evaluate(p, a)[0] for n, p in lhs.items() for kind, a in args.items()}
     install(egraph, [rule])
     egraph.parse_and_run_program("(run-schedule (saturate analysis) (run rewrites) (saturate analysis))")

@@ -6,11 +6,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def shown(outputs: list[Any]) -> list[Any]:
+    """A cell's outputs less what varies by machine: warnings (stderr) and progress widgets."""
+    return [
+        out
+        for out in outputs
+        if out.get("name") != "stderr"
+        and "application/vnd.jupyter.widget-view+json" not in out.get("data", {})
+    ]
 
 
 def execute(path: Path) -> nbformat.NotebookNode:
@@ -28,4 +39,6 @@ if __name__ == "__main__":
         notebook = execute(path)
         for cell in notebook.cells:  # run metadata changes every time: keep diffs to the outputs
             cell.get("metadata", {}).pop("execution", None)
+            if "outputs" in cell:
+                cell["outputs"] = shown(cell["outputs"])
         nbformat.write(notebook, path)

@@ -6,8 +6,10 @@ including ±0.0, -inf masks and fully masked softmax rows, integer division and 
 accumulating in a wider type, shared subterms and several outputs. ``deep_program(n)``: a chain of
 ``n`` ops. ``jax_functions(family)``: random JAX functions as users write them (Python scalars are
 weakly typed, ``//``, ``%``, ``x.sum(dtype=...)``, ``preferred_element_type``, ``jnp.where`` masks,
-``jax.nn.softmax``, casts around a softmax, attention with large scores, matmul chains that special
-values reach) with arguments, to run through ``eqsat.jit`` and ``jax.jit`` side by side.
+``jax.nn.softmax``, casts around a softmax, attention with large scores and masks, layer, RMS and
+batch norms and 1-D convs over closed-over constants of extreme magnitudes, products sharing an input,
+matmul chains that special values reach) with arguments of every kind of data, to run through
+``eqsat.jit`` and ``jax.jit`` side by side, and to differentiate.
 """
 
 from __future__ import annotations
@@ -243,10 +245,77 @@ def _attention(x: Any, scale: float, softmax_dtype: Any) -> Any:
     return jax.nn.softmax(scores.astype(softmax_dtype), axis=-1).astype(x.dtype) @ x
 
 
-def _float_steps(draw: Draw, dtype: str) -> _Named:
+def _constants(draw: Draw, shape: tuple[int, ...], dtype: str) -> Any:
+    """A closed-over constant of ``shape``: moderate, of extreme magnitude, large with a small spread
+    (a batch norm's mean), or with zeros (a variance of 0)."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    kind = draw(st.sampled_from(["normal", "wide", "offset", "edge"]))
+    return np.asarray(random_array(TensorType(shape, dtype), rng, kind))
+
+
+def _layer_norm(x: Any, mean: Any, var: Any, gamma: Any, beta: Any) -> Any:
+    centered = x - jnp.mean(x, axis=-1, keepdims=True)
+    return centered * lax.rsqrt(jnp.mean(centered * centered, axis=-1, keepdims=True) + 1e-5) * gamma + beta
+
+
+def _rms_norm(x: Any, mean: Any, var: Any, gamma: Any, beta: Any) -> Any:
+    return x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * gamma
+
+
+def _batch_norm(x: Any, mean: Any, var: Any, gamma: Any, beta: Any) -> Any:
+    return (x - mean) * lax.rsqrt(jnp.abs(var) + 1e-5) * gamma + beta
+
+
+def _affine_folded(x: Any, mean: Any, var: Any, gamma: Any, beta: Any) -> Any:
+    return (x - mean) / jnp.sqrt(jnp.abs(var)) * gamma + beta
+
+
+# normalizations as libraries write them, their statistics and affine part closed-over constants
+_NORMS = (_layer_norm, _rms_norm, _batch_norm, _affine_folded)
+
+
+def _masked_attention(x: Any, causal: bool, fill: float) -> Any:
+    """softmax(where(mask, x xᵀ / sqrt(d), fill)) x, the mask causal or from x's signs."""
+    if x.ndim < 2:
+        return x
+    scores = (x @ jnp.swapaxes(x, -1, -2)) / np.sqrt(x.shape[-1])
+    n = x.shape[-2]
+    mask = jnp.tril(jnp.ones((n, n), bool)) if causal else (x @ jnp.swapaxes(x, -1, -2)) > 0
+    return jax.nn.softmax(jnp.where(mask, scores, fill), axis=-1) @ x
+
+
+def _merged(x: Any, w1: Any, w2: Any) -> Any:
+    """Two products of one input by constant weights (Q/K/V merging), added."""
+    if x.ndim < 2:
+        return x
+    return x @ w1 + x @ w2
+
+
+def _conv(x: Any, w: Any) -> Any:
+    """A 1-D convolution over the last axis of a rank-3 value (N, C, W), its C kernels closed over."""
+    if x.ndim != 3 or x.shape[-1] < 3:
+        return x
+    return lax.conv_general_dilated(
+        x, w.astype(x.dtype), (1,), "SAME", dimension_numbers=("NCH", "OIH", "NCH")
+    )
+
+
+def _float_steps(draw: Draw, dtype: str, shape: tuple[int, ...]) -> _Named:
     c = draw(st.sampled_from([2.0, 0.5, 3.0, -1.5, 0.0, -0.0, 1e-3]))
     axis = draw(st.integers(-1, 0))
+    last = shape[-1]
+    vectors = [_constants(draw, (last,), dtype) for _ in range(4)]
+    square = [_constants(draw, (last, last), dtype) for _ in range(2)]
+    kernel = _constants(
+        draw, (shape[-2] if len(shape) == 3 else 1, shape[-2] if len(shape) == 3 else 1, 3), dtype
+    )
+    causal, fill = draw(st.booleans()), draw(st.sampled_from([-jnp.inf, -1e9, -30.0]))
+    norms: dict[str, Step] = {f.__name__[1:]: (lambda e, f=f: f(e[-1], *vectors)) for f in _NORMS}
     steps: dict[str, Step] = {
+        **norms,
+        "masked_attention": lambda e: _masked_attention(e[-1], causal, fill),
+        "merged_products": lambda e: _merged(e[-1], *square),
+        "conv1d": lambda e: _conv(e[-1], kernel),
         "add_scalar": lambda e: e[-1] + c,
         "mul_scalar": lambda e: e[-1] * c,
         "div_scalar": lambda e: e[-1] / (c or 2.0),
@@ -278,7 +347,7 @@ def _float_steps(draw: Draw, dtype: str) -> _Named:
     return _Named(f"{name}(c={c}, axis={axis})", steps[name])
 
 
-def _int_steps(draw: Draw, dtype: str) -> _Named:
+def _int_steps(draw: Draw, dtype: str, shape: tuple[int, ...]) -> _Named:
     c = draw(st.integers(1, 7))
     big = draw(st.sampled_from([2**53 + 1, 6364136223846793005])) if "64" in dtype else c
     axis = draw(st.integers(-1, 0))
@@ -341,13 +410,14 @@ def jax_functions(draw: Draw, family: str = "float32") -> tuple[Callable[..., An
     dtype = draw(st.sampled_from(FAMILIES[family]))
     is_float = dtype in FLOAT_DTYPES
     shape = tuple(draw(st.lists(_DIM, min_size=1, max_size=3)))
-    steps = [(_float_steps if is_float else _int_steps)(draw, dtype) for _ in range(draw(st.integers(1, 6)))]
+    make = _float_steps if is_float else _int_steps
+    steps = [make(draw, dtype, shape) for _ in range(draw(st.integers(1, 6)))]
     n_outputs = draw(st.integers(1, 2))
 
     fn = _Function(steps, n_outputs)
 
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
-    kind = draw(st.sampled_from(INPUT_KINDS))
+    kind = draw(st.sampled_from([*INPUT_KINDS, *(("wide", "offset", "edge") if is_float else ())]))
     arrays = [random_array(TensorType(shape, dtype), rng, kind) for _ in range(draw(st.integers(1, 2)))]
     scalar = draw(st.sampled_from([1.0, 2.0, -1.0] if is_float else [1, 3, -1]))
     if dtype.startswith("uint") and scalar < 0:

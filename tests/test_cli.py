@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eqsat import Builder
+from eqsat import Builder, config
 from eqsat.cli import main
 from eqsat.rules import RULESETS
 
@@ -73,6 +73,18 @@ def test_show_draws_the_program_and_a_view_of_the_egraph(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
     assert program_svg.read_text().count('class="node"') > 2
     assert egraph_svg.read_text().count('class="cluster"') <= 3
+
+
+def test_show_draws_the_egraph_of_a_program_optimized_before(tmp_path, monkeypatch, capsys):
+    """``eqsat optimize FILE`` stores its result in the cache, which keeps no e-graph; ``show`` after it
+    saturates again rather than failing."""
+    monkeypatch.setattr(config, "enable_cache", True)
+    monkeypatch.setattr(config, "cache_dir", tmp_path / "cache")
+    source = Path(__file__).parents[1] / "examples" / "pir" / "drr_transpose_before.pir"
+    assert main(["optimize", str(source)]) == 0
+    assert "cache: stored" in capsys.readouterr().out
+    assert main(["show", str(source), "--egraph-svg", str(tmp_path / "e.svg")]) == 0
+    assert (tmp_path / "e.svg").read_text().count('class="cluster"') >= 1
 
 
 NETS = Path(__file__).resolve().parent / "data" / "paddle_nets"

@@ -5,7 +5,8 @@ Results are judged against the program as it reads (each op in float64, rounded 
 Two generators: Programs built op by op (``programs``, per dtype family), and JAX functions as users
 write them, run through ``eqsat.jit`` and ``jax.jit`` side by side (``jax_functions``). Each family
 runs ``EQSAT_FUZZ_EXAMPLES`` examples (CI: 30; ``make fuzz``: 5,000 in all); float64 and 64-bit
-integers run under ``jax.enable_x64``. A deep program (2,000 ops) must optimize too.
+integers run under ``jax.enable_x64``. The JAX functions are differentiated too (a third as many
+examples). A deep program (2,000 ops) must optimize too.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import os
 import warnings
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import eqsat
 from eqsat import Limits
@@ -65,6 +69,46 @@ def test_random_jax_functions_match_jax_jit(family):
         for i, (r, a, b) in enumerate(zip(reference(program)(*args), want, got, strict=True)):
             problem = judge(r, a, b, dtype, strict=exact)
             assert problem is None, f"output {i}: {problem}; rules fired: {sorted(fired)}"
+
+    with jax.enable_x64(_x64(family)):
+        check()
+
+
+GRADIENT_EXAMPLES = settings(FUZZ, max_examples=max(1, EXAMPLES // 3))
+
+
+@pytest.mark.parametrize("family", ["float32", "half", "float64"])
+def test_random_jax_functions_differentiate_as_jax_jit(family):
+    """The gradient of the optimized program (``gradient="optimized"``) against jax.jit's, both judged
+    against the gradient of the function evaluated in float64 (its casts kept): eqsat's may not be
+    further from it than jax.jit's beyond the dtype's tolerance."""
+
+    @GRADIENT_EXAMPLES
+    @given(jax_functions(family), st.integers(0, 2**16))
+    def check(case, seed):
+        fn, (*arrays, s) = case
+        rng = np.random.default_rng(seed)
+        cotangents = [rng.normal(size=o.shape).astype(o.dtype) for o in fn(*arrays, s)]
+
+        def loss(f, *xs):
+            return sum(jnp.sum(o.astype(jnp.float32) * c) for o, c in zip(f(*xs, s), cotangents, strict=True))
+
+        argnums = tuple(range(len(arrays)))
+        want = jax.jit(jax.grad(lambda *xs: loss(fn, *xs), argnums))(*arrays)
+        jitted = eqsat.jit(fn, limits=LIMITS, gradient="optimized")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = jax.jit(jax.grad(lambda *xs: loss(jitted, *xs), argnums))(*arrays)
+        with jax.enable_x64(True):
+            wide = [jnp.asarray(a, jnp.float64) for a in arrays]
+            reference = jax.grad(lambda *xs: loss(fn, *xs), argnums)(*wide)
+        (result,) = jitted.results.values()
+        dtype = loosest(*path_dtypes(result.original))
+        for i, (r, a, b) in enumerate(zip(reference, want, got, strict=True)):
+            problem = judge(np.asarray(r), a, b, dtype, strict=False)
+            assert problem is None, (
+                f"gradient {i}: {problem}; rules fired: {sorted(result.report.rules_fired)}"
+            )
 
     with jax.enable_x64(_x64(family)):
         check()

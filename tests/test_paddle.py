@@ -293,3 +293,15 @@ def test_mobilenets_hard_activations_are_canonical_ops():
     assert not [op for op in result.program.live_ops() if op.name == "opaque"]
     (out,) = result.fn(ref["in_x"])
     np.testing.assert_allclose(np.asarray(out), ref["out_0"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_loaded_program_called_with_too_few_inputs_says_how_many_it_takes():
+    program = eqsat.load(Path(__file__).parent / "data" / "paddle_nets" / "mini_conv_squeeze_dyn.json")
+    with pytest.raises(TypeError, match=r"takes 1 input \('x'\), got 0"):
+        eqsat.optimize(program).fn()
+
+
+def test_shapes_naming_no_input_is_an_error():
+    path = Path(__file__).parent / "data" / "paddle_nets" / "mini_conv_squeeze_dyn.json"
+    with pytest.raises(eqsat.ParseError, match="'y', which is no input"):
+        eqsat.load(path, shapes={"y": (1, 3, 8, 8)})

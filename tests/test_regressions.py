@@ -379,6 +379,9 @@ _BAD_PIR = {
     " : () -> pd.tensor<2x3xf32>\n" + _FETCH,
     "1e20 dim": _DATA.replace("2x3", "100000000000000000000x3"),
     "no type": '{\n (%1) = "pd.data" () {name:"x"} : () -> \n' + _FETCH,
+    "no result type after the arrow": _DATA.replace("pd.tensor<2x3xf32>", "") + _FETCH,
+    "unclosed attribute list": _DATA.replace('{name:"x"}', '{name:"x",foo:[1,2}') + _FETCH,
+    "unbalanced type": _DATA.replace("pd.tensor<2x3xf32>", "pd.tensor<2x3xf32>>") + _FETCH,
     "no result": _DATA
     + ' () = "pd.full_int_array" () {value:IntArray[1]} : () -> pd.tensor<1xi64>\n'
     + _FETCH,

@@ -132,3 +132,16 @@ def test_program_labels_fit_their_boxes():
         # Helvetica: digits and lowercase letters are about 0.56 em wide.
         widest = max(len(t) * size * 0.56 for t, size in texts)
         assert x1 - x0 >= widest, f"{name}: {texts} does not fit {x1 - x0:.0f} px"
+
+
+def test_a_picture_is_saved_in_the_format_its_suffix_names(result, tmp_path):
+    picture = result.show("program")
+    assert picture.save(tmp_path / "p.svg").read_text().lstrip().startswith("<")
+    assert picture.save(tmp_path / "p.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert picture.save(tmp_path / "p.dot").read_text() == picture.graph.source
+    try:
+        pdf = picture.save(tmp_path / "p.pdf").read_bytes()
+    except eqsat.EqsatError as e:  # graphviz-pure writes no PDF: the error says so and what does work
+        assert "pdf" in str(e) and "png" in str(e)
+    else:
+        assert pdf.startswith(b"%PDF")

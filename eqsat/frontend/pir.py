@@ -1115,6 +1115,12 @@ def read_lines(
     lines = list(lines)
     r = _Reader(shapes)
     produced = _read(r, lines)
+    inputs = [v.name for v in r.program.inputs]
+    unknown = sorted(set(shapes or {}) - set(inputs))
+    if unknown:
+        raise ParseError(
+            f"shapes names {unknown[0]!r}, which is no input of the program (its inputs: {inputs})"
+        )
     if not r.program.outputs:
         _outputs_without_fetch(r, produced, outputs)
     if r.program.dynamic:
