@@ -411,7 +411,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     timings["encode"] += loads[0]
     timings["saturate"] = sat.seconds - loads[0]
     t = time.perf_counter()
-    if not sat.rules_fired():  # the e-graph holds the program and nothing else: nothing to choose
+    if _holds_the_program_alone(sat, program):  # nothing to choose
         timings["extract"] = 0.0
         return _chosen(original, program, model.program_cost(program), job, sat, timings)
     try:
@@ -446,6 +446,13 @@ def _chosen(
         best, after, note = original, before, "extraction found nothing cheaper; the input is returned"
     report = Report(sat, job.model.name, before, after, timings, note, job.extractor)
     return OptimizeResult(best, original, report)
+
+
+def _holds_the_program_alone(sat: SaturationReport, program: Program) -> bool:
+    """Whether the saturated e-graph is the program itself: no rule fired, and no two of its values
+    were one term (hash-consing merges those: extraction computes it once)."""
+    values = len(program.inputs) + len(program.params) + sum(len(op.outputs) for op in program.live_ops())
+    return bool(sat.iterations) and not sat.rules_fired() and sat.iterations[-1].classes == values
 
 
 def _timed_out(

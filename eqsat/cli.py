@@ -15,6 +15,19 @@ from eqsat.progress import ProgressBar
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pir"
 
 
+def _version() -> str:
+    """eqsat's version, and those of the parts its results depend on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return f"{of('eqsat')} (egglog {of('egglog')}, jax {of('jax')}, jaxlib {of('jaxlib')})"
+
+
 def _limits(args: argparse.Namespace):
     from eqsat.saturate import Limits
 
@@ -191,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eqsat", description="Optimize tensor programs by equality saturation."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     opt = sub.add_parser(

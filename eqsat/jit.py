@@ -11,7 +11,10 @@ import contextlib
 import functools
 import gc
 import inspect
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -21,11 +24,27 @@ from eqsat.cache import ProgramCache
 from eqsat.config import config
 from eqsat.cost import CostModel, get_cost_model
 from eqsat.errors import UnsupportedError
-from eqsat.frontend.jax import trace
+from eqsat.frontend.jax import jaxpr_of, to_program
 from eqsat.gradient import GRADIENT_MODES, differentiable
 from eqsat.lowering import lower
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import Limits, prepare
+
+
+def _hide_eqsat_frames() -> None:
+    """Let jax's traceback filtering hide eqsat's frames, as it hides its own: an error in the user's
+    function reads as under jax.jit (JAX's private hook; without it, tracebacks are only longer)."""
+    with contextlib.suppress(ImportError, AttributeError):
+        from jax._src import traceback_util
+
+        import eqsat.lowering
+        import eqsat.rules
+
+        for package in (eqsat.lowering, eqsat.rules, sys.modules["eqsat"]):
+            traceback_util.register_exclusion(str(Path(package.__file__ or "").parent))
+
+
+_hide_eqsat_frames()
 
 
 class Jitted:
@@ -68,6 +87,7 @@ class Jitted:
         self.verify = verify
         self.static_argnums, self.static_argnames = _static_args(fn, static_argnums, static_argnames)
         self.results: dict[Any, OptimizeResult] = {}
+        self._warned: set[str] = set()
 
         @functools.wraps(fn)  # jax.jit reads fn's signature through __wrapped__ (static args by keyword)
         def optimized_trace(*args: Any, **kwargs: Any) -> Any:
@@ -81,8 +101,7 @@ class Jitted:
             optimized_trace,
             static_argnums=self.static_argnums,
             static_argnames=self.static_argnames,
-            inline=True,
-            **(jit_options or {}),
+            **{"inline": True, **(jit_options or {})},
         )
         functools.update_wrapper(self, fn)
 
@@ -110,6 +129,16 @@ class Jitted:
             self._check_arguments(args, kwargs)
             raise
 
+    def _warn_once(self, message: str) -> None:
+        """A warning, once per message, placed where the function is defined (the call is inside
+        jax's trace)."""
+        if message in self._warned:
+            return
+        self._warned.add(message)
+        code = getattr(self.fn, "__code__", None)
+        where = (code.co_filename, code.co_firstlineno) if code is not None else ("eqsat.jit", 0)
+        warnings.warn_explicit(message, RuntimeWarning, *where)
+
     def _check_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """An :class:`UnsupportedError` naming the first dynamic argument that is not an array."""
         dynamic, _, dyn_kwargs, _ = self._split(args, kwargs)
@@ -129,6 +158,32 @@ class Jitted:
         dynamic = [a for i, a in enumerate(args) if i not in static]
         return dynamic, static, {k: v for k, v in kwargs.items() if k not in static_kw}, static_kw
 
+    def _signature(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """The key of ``results``: the dynamic arguments' structure, shapes and dtypes, the static
+        arguments' values."""
+        dynamic, static, dyn_kwargs, static_kw = self._split(args, kwargs)
+        specs = jax.tree_util.tree_map(_spec, (dynamic, dyn_kwargs))
+        return (
+            jax.tree_util.tree_structure(specs),
+            tuple(jax.tree_util.tree_leaves(specs)),
+            tuple(static.items()),
+            tuple(sorted(static_kw.items())),
+        )
+
+    def result(self, *args: Any, **kwargs: Any) -> OptimizeResult:
+        """The :class:`OptimizeResult` of the signature of these arguments (optimized now if new):
+        ``f.result(x).report``, ``f.result(x).show()``."""
+        key = self._signature(args, kwargs)
+        if key not in self.results:
+            self._jitted.trace(*args, **kwargs)
+        return self.results[key]
+
+    def clear_cache(self) -> None:
+        """Forget every signature (jax.jit's compiled programs and the optimization results): the next
+        call traces and optimizes again (the program cache on disk may still hold its result)."""
+        self._jitted.clear_cache()  # type: ignore[attr-defined]  # (JAX has it; its stub does not)
+        self.results.clear()
+
     def _optimized_trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Runs while jax.jit traces a new signature: trace to a Program, optimize, emit it."""
         dynamic, static, dyn_kwargs, static_kw = self._split(args, kwargs)
@@ -141,22 +196,20 @@ class Jitted:
 
         if not self._likely_hit:
             prepare(self.options["rules"])  # unless installed or on their way: install while we trace
-        traced = trace(with_static, *specs[0], **specs[1])
+        traced_once = jaxpr_of(with_static, *specs[0], **specs[1])  # the only call of the function
+        leaves = jax.tree_util.tree_leaves((dynamic, dyn_kwargs))
+        try:
+            traced = to_program(traced_once)
+        except UnsupportedError as e:  # a value eqsat does not model (complex): run it as written
+            self._warn_once(f"eqsat.jit: {getattr(self.fn, '__name__', 'the function')} runs as written: {e}")
+            return jax.tree_util.tree_unflatten(traced_once.out_tree, traced_once.run(*leaves))
         result = optimize(traced.program, verify=self.verify, **self.options)
-        signature = (
-            jax.tree_util.tree_structure(specs),
-            tuple(jax.tree_util.tree_leaves(specs)),
-            tuple(static.items()),
-            tuple(sorted(static_kw.items())),
-        )
-        self.results[signature] = result
+        self.results[self._signature(args, kwargs)] = result
         if result.report.cache in ("stored", "hit") and not self._likely_hit:
             ProgramCache().mark(self._hint)
-        leaves, in_tree = jax.tree_util.tree_flatten((dynamic, dyn_kwargs))
 
-        def written(*flat: Any) -> tuple[Any, ...]:
-            dyn, kw = jax.tree_util.tree_unflatten(in_tree, flat)
-            return tuple(jax.tree_util.tree_leaves(with_static(*dyn, **kw)))
+        def written(*flat: Any) -> tuple[Any, ...]:  # the function as written: its jaxpr, not a new call
+            return tuple(traced_once.run(*flat))
 
         # a function closing over an enclosing trace's values is differentiated as the traced program,
         # which takes them as arguments (and inlines the derivatives the function defines)
@@ -236,6 +289,9 @@ def jit(
     in_shardings: Any = None,
     out_shardings: Any = None,
     keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    inline: bool = True,
     compiler_options: dict[str, Any] | None = None,
 ) -> Any:
     """Decorator: ``@eqsat.jit`` or ``@eqsat.jit(verify=True, static_argnums=(1,))``.
@@ -243,11 +299,14 @@ def jit(
     Static arguments are given by position (negative counts from the end) or by name, and may be
     passed either way, as with ``jax.jit``. ``donate_argnums``/``donate_argnames``,
     ``in_shardings``/``out_shardings`` (a sharded program runs over several devices: XLA partitions
-    the optimized program as it would the original), ``keep_unused`` and ``compiler_options`` mean what
-    they mean to ``jax.jit``. ``measure``: as in :func:`eqsat.optimize`, where the predicted gain is
-    within the cost model's error, both programs are timed on this device at the first call of a
-    signature and the faster is run. ``gradient``: what is differentiated where the function is
-    (``jax.grad``, ``jax.vjp``, ``jax.jvp``): ``measure`` (default) whichever of the function as
+    the optimized program as it would the original), ``keep_unused``, ``device``, ``backend`` and
+    ``compiler_options`` mean what they mean to ``jax.jit``; ``inline`` too, but it is on by default:
+    the optimized program is inlined into an enclosing jit's, as the function itself would be traced
+    there (a nested jit is split in two where it is differentiated). ``measure``: as in
+    :func:`eqsat.optimize`, where the predicted gain is within the cost model's error, both programs
+    are timed on this device at the first call of a signature and the faster is run. ``gradient``:
+    what is differentiated where the function is (``jax.grad``, ``jax.vjp``, ``jax.jvp``):
+    ``measure`` (default) whichever of the function as
     written and the optimized program runs a training step faster, both timed at the first
     differentiation of a signature; ``optimized``; ``input``, the function as written (see
     :mod:`eqsat.gradient`). Decorating starts installing the rule set in a background thread (once
@@ -261,8 +320,13 @@ def jit(
         "in_shardings": in_shardings,
         "out_shardings": out_shardings,
         "compiler_options": compiler_options,
+        "device": device,
+        "backend": backend,
     }
-    options = {k: v for k, v in given.items() if v is not None} | {"keep_unused": keep_unused}
+    options = {k: v for k, v in given.items() if v is not None} | {
+        "keep_unused": keep_unused,
+        "inline": inline,
+    }
 
     def wrap(f: Callable[..., Any]) -> Jitted:
         return Jitted(

@@ -1,9 +1,11 @@
 """Value ranges of a program's parameters, as the e-graph's range analysis starts from them.
 
 A parameter with a value has a range: the least and greatest element and the smallest nonzero
-magnitude, each rounded outward to a power of two (so that weights of the same scale give the same
-facts, and an optimization cached for one set of weights holds for the next). The rules that fold
-constants together or into weights are guarded by the ranges of what they create (``rules/ranges.py``).
+magnitude, each rounded outward to a power of two, the smallest magnitude to at most ``TINY_CAP`` (so
+that weights of the same scale give the same facts, and an optimization cached for one set of weights
+holds for the next: the cache key holds the ranges). The rules that fold constants together or into
+weights are guarded by the ranges of what they create (``rules/ranges.py``); a wider range only makes
+them fold less.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from eqsat.types import FLOAT_DTYPES
 # egglog functions of a Tensor: bounds of its elements (merged to the tightest) and of their nonzero
 # magnitudes (inf where every element is 0)
 LO, HI, TINY = "range-lo", "range-hi", "range-tiny"
+# Smallest nonzero magnitudes only matter near underflow (the guards allow 2**-64): any above this is
+# stated as this, so that retrained weights, whose smallest element is anyone's guess, keep their key
+TINY_CAP = 2.0**-16
 DECLARATIONS = (
     f"(function {LO} (Tensor) f64 :merge (max old new))",
     f"(function {HI} (Tensor) f64 :merge (min old new))",
@@ -59,9 +64,8 @@ class Range:
             return None
         nonzero = np.abs(x[x != 0])
         tiny = float(nonzero.min()) if nonzero.size else math.inf
-        return cls(
-            _outward(float(x.min()), up=False), _outward(float(x.max()), up=True), _power_of_two(tiny, False)
-        )
+        low, high = _outward(float(x.min()), up=False), _outward(float(x.max()), up=True)
+        return cls(low, high, min(_power_of_two(tiny, False), TINY_CAP))
 
     def facts(self, term: str) -> list[str]:
         """egglog commands stating this range of ``term``."""

@@ -34,11 +34,11 @@ def cache_dir(tmp_path, monkeypatch):
 
 def _program(weights: np.ndarray | None = None, batch: int = 8) -> eqsat.Program:
     """relu(x @ w + b) @ wᵀ with w and b bound parameters."""
-    rng = np.random.default_rng(0)
-    w = rng.normal(size=(16, 16)).astype(np.float32) if weights is None else weights
+    w = np.random.default_rng(0).normal(size=(16, 16)).astype(np.float32) if weights is None else weights
     b = eqsat.Builder()
     x = b.input("x", (batch, 16))
-    wv, bias = b.param("w", (16, 16), data=w), b.param("b", (16,), data=rng.normal(size=16))
+    bias = np.random.default_rng(1).normal(size=16)
+    wv, bias = b.param("w", (16, 16), data=w), b.param("b", (16,), data=bias)
     h = b.relu(b.add(b.matmul(x, wv), bias))
     return b.build(b.matmul(h, b.transpose(wv, perm=(1, 0))))
 
@@ -69,9 +69,12 @@ def test_a_hit_of_a_program_with_nothing_cheaper_is_the_input_itself(cache_dir):
 
 
 def test_a_hit_runs_with_the_callers_weights(cache_dir):
-    """Weights are not part of the key: a hit binds the program to the caller's own values."""
-    other = np.random.default_rng(1).normal(size=(16, 16)).astype(np.float32)
-    x = np.random.default_rng(2).normal(size=(8, 16)).astype(np.float32)
+    """Weights are not part of the key, only their ranges in powers of two: a hit binds the program to
+    the caller's own values."""
+    other = np.random.default_rng(2).permutation(
+        np.random.default_rng(0).normal(size=(16, 16)).astype(np.float32)
+    )
+    x = np.random.default_rng(3).normal(size=(8, 16)).astype(np.float32)
     eqsat.optimize(_program())
     hit = eqsat.optimize(_program(other))
     assert hit.report.cache == "hit"
@@ -287,3 +290,11 @@ def test_which_program_trains_faster_is_kept_with_the_entry(cache_dir):
     np.testing.assert_allclose(jax.grad(second)(a, m, v), jax.grad(f)(a, m, v), rtol=1e-4)
     (hit,) = second.results.values()
     assert hit.report.cache == "hit" and "timed by an earlier process" in hit.report.note
+
+
+def test_weights_of_another_scale_are_another_key(cache_dir):
+    """The folding rules' guards read the weights' ranges: weights a thousand times larger may not
+    fold as these did, so they are optimized afresh."""
+    w = np.random.default_rng(0).normal(size=(16, 16)).astype(np.float32)
+    eqsat.optimize(_program(w))
+    assert eqsat.optimize(_program(w * 1024)).report.cache == "stored"

@@ -4,6 +4,7 @@ offers ``.lower()``, ``.trace()``, ``.eval_shape()``. Sharded programs run over 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -144,3 +145,74 @@ def test_bad_options_fail_where_they_are_given():
     with pytest.raises(ValueError, match="unknown extractor 'bogus'"):
         eqsat.optimize(program, extractor="bogus", progress=iterations.append)
     assert iterations == []
+
+
+def _shape_bug(x, y):
+    return x @ y
+
+
+def _python_branch(x):
+    if x.sum() > 0:
+        return x
+    return -x
+
+
+@pytest.mark.parametrize("fn, args", [(_shape_bug, 2), (_python_branch, 1)], ids=["shape", "branch"])
+def test_an_error_in_the_users_function_is_raised_as_jax_jit_raises_it(fn, args):
+    """The same exception, message and innermost frame (the user's line) as under jax.jit, with a
+    traceback barely longer (jax's filtering hides eqsat's frames as it hides its own)."""
+    import traceback
+
+    x = jnp.ones((3, 4))
+    caught = []
+    for wrap in (jax.jit, eqsat.jit):
+        with pytest.raises(Exception) as info:
+            wrap(fn)(*[x] * args)
+        caught.append(info.value)
+    want, got = caught
+    assert type(got) is type(want) and str(got).splitlines()[0] == str(want).splitlines()[0]
+    frames = [traceback.extract_tb(e.__traceback__) for e in caught]
+    innermost = [[f.name for f in tb if f.filename == __file__][-1] for tb in frames]
+    assert innermost == [fn.__name__, fn.__name__]
+    assert len(frames[1]) <= len(frames[0]) + 2
+
+
+def test_the_function_is_traced_once_on_its_first_call():
+    calls = []
+
+    def f(x):
+        calls.append(1)  # a Python side effect, run once per trace
+        return jnp.tanh(x) @ x.T
+
+    x = jnp.ones((8, 8))
+    eqsat.jit(f)(x)
+    assert len(calls) == 1
+    jax.grad(lambda x: eqsat.jit(f, gradient="input")(x).sum())(x)
+    assert len(calls) == 2  # a new trace (differentiated), once too
+
+
+def test_what_eqsat_does_not_model_runs_as_written_with_one_warning():
+    fn = eqsat.jit(lambda z: z * 2 + 1)
+    z = jnp.asarray([1 + 2j, 3 - 1j], jnp.complex64)
+    with pytest.warns(RuntimeWarning, match="runs as written: .*complex64") as caught:
+        np.testing.assert_array_equal(fn(z), z * 2 + 1)
+        np.testing.assert_array_equal(fn(jnp.ones(3, jnp.complex64)), jnp.full(3, 3, jnp.complex64))
+    assert len([w for w in caught if "runs as written" in str(w.message)]) == 1
+
+
+def test_the_jit_surface_has_result_clear_cache_backend_and_inline():
+    fn = eqsat.jit(lambda x: jnp.tanh(x) @ x.T, backend="cpu", inline=False)
+    x = jnp.ones((8, 8))
+    result = fn.result(x)  # optimizes the signature if it is new
+    assert result.program.ops and fn.optimizations == 1
+    assert fn.result(x) is result
+    np.testing.assert_allclose(fn(x), jnp.tanh(x) @ x.T, rtol=1e-6)
+    fn.clear_cache()
+    assert fn.optimizations == 0
+    fn(x)
+    assert fn.optimizations == 1
+
+
+def test_the_command_line_says_its_version():
+    out = subprocess.run([sys.executable, "-m", "eqsat.cli", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and re.match(r"eqsat \d+\.\d+\.\d+ \(egglog ", out.stdout)

@@ -561,8 +561,22 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
 }
 
 
-def trace(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traced:
-    """Trace ``fn(*args, **kwargs)`` (arrays or pytrees of arrays) into a Program."""
+@dataclass
+class Jaxpr:
+    """A function traced once by JAX: its closed jaxpr and the pytree structures of its arguments and
+    results. ``run(*leaves)`` evaluates it (the function as written, without calling it again)."""
+
+    closed: Any
+    in_tree: Any
+    out_tree: Any
+
+    def run(self, *leaves: Any) -> list[Any]:
+        return list(jcore.jaxpr_as_fun(self.closed)(*leaves))
+
+
+def jaxpr_of(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Jaxpr:
+    """Trace ``fn(*args, **kwargs)`` (arrays or pytrees of arrays) once. An error of ``fn``'s own (a
+    shape mismatch, a Python branch on a traced value) is raised as it is, as jax.jit raises it."""
     leaves, in_tree = jax.tree_util.tree_flatten((args, kwargs))
     for i, leaf in enumerate(leaves):
         is_array = hasattr(leaf, "shape") and hasattr(leaf, "dtype")
@@ -576,13 +590,14 @@ def trace(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traced:
         a, kw = jax.tree_util.tree_unflatten(in_tree, flat)
         return fn(*a, **kw)
 
-    try:
-        closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*leaves)
-    except UnsupportedError:
-        raise
-    except Exception as e:
-        raise UnsupportedError(f"cannot trace {getattr(fn, '__name__', fn)}: {type(e).__name__}: {e}") from e
-    out_tree = jax.tree_util.tree_structure(out_shape)
+    closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*leaves)
+    return Jaxpr(closed, in_tree, jax.tree_util.tree_structure(out_shape))
+
+
+def to_program(traced: Jaxpr) -> Traced:
+    """The Program of a traced function; :class:`UnsupportedError` where eqsat cannot represent one of
+    its values (a complex dtype)."""
+    closed = traced.closed
     program = Program()
     inputs = [
         program.add_input(f"arg{i}", _type(v.aval, f"argument leaf {i}"))
@@ -592,7 +607,12 @@ def trace(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traced:
     outs = tracer.run(closed, inputs)
     for i, v in enumerate(outs):
         program.add_output(v, f"out{i}")
-    return Traced(program, in_tree, out_tree, tracer.closed_over, tracer.own_derivatives)
+    return Traced(program, traced.in_tree, traced.out_tree, tracer.closed_over, tracer.own_derivatives)
+
+
+def trace(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Traced:
+    """Trace ``fn(*args, **kwargs)`` (arrays or pytrees of arrays) into a Program."""
+    return to_program(jaxpr_of(fn, *args, **kwargs))
 
 
 def from_jax(fn: Callable[..., Any], *example_args: Any, **example_kwargs: Any) -> Program:
