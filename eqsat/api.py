@@ -199,7 +199,7 @@ def optimize(
     ``cost`` and return it. Within ``limits``, the best program found so far is returned; if that is
     not cheaper than the input by at least ``MIN_GAIN`` (0.1%), the input is returned unchanged.
     With ``verify``, both programs run on random inputs and a difference raises
-    :class:`eqsat.MiscompileError`. ``extractor``: ``greedy``,
+    ``eqsat.MiscompileError``. ``extractor``: ``greedy``,
     ``ilp`` (exact, HiGHS, warm-started from greedy, best found within ``limits.ilp_timeout_s``),
     ``auto`` (ILP up to 5000 e-nodes), or ``egglog`` (egglog's own tree extraction, as a reference).
     ``progress``: by default a progress bar (a notebook widget, or text on a terminal's stderr) once
@@ -415,6 +415,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
         timings["extract"] = 0.0
         return _chosen(original, program, model.program_cost(program), job, sat, timings)
     try:
+        deadline.check("before extraction")
         graph = Serialized(egraph.serialize([]).to_json())
         if job.extractor == "egglog":
             best = extract_with_egglog(egraph, enc, program)

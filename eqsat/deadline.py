@@ -30,6 +30,6 @@ class Deadline:
         return self.seconds - self.elapsed()
 
     def check(self, what: str) -> None:
-        """Raise :class:`TimeLimit` (naming ``what`` was cut short) if the time is up."""
+        """Raise ``TimeLimit`` (naming ``what`` was cut short) if the time is up."""
         if self.left() < 0:
             raise TimeLimit(f"time limit ({self.seconds:g} s) passed {what}")

@@ -1,4 +1,4 @@
-"""The exceptions eqsat raises; all derive from :class:`EqsatError`."""
+"""The exceptions eqsat raises; all derive from ``EqsatError``."""
 
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ def greedy_dag(
     deadline: Deadline | None = None,
 ) -> Extraction:
     """Greedy DAG extraction (``constants``: classes whose value is known at compile time); raises
-    :class:`eqsat.deadline.TimeLimit` once ``deadline`` passes."""
+    ``eqsat.deadline.TimeLimit`` once ``deadline`` passes."""
     costs = node_costs(graph, model, constants)
     best: dict[str, tuple[float, dict[str, float], Node]] = {}
     changed = True
@@ -127,7 +127,7 @@ def greedy_tree(
 
     Used as the ILP's warm start on large e-graphs, where ``greedy_dag``'s per-class sub-DAG sets cost
     quadratic time. Every node costs at least a tiny epsilon, so a cycle can never be cheapest. Raises
-    :class:`eqsat.deadline.TimeLimit` once ``deadline`` passes.
+    ``eqsat.deadline.TimeLimit`` once ``deadline`` passes.
     """
     costs = node_costs(graph, model, constants)
     floor = 1e-9 * max(costs.values(), default=1.0) + 1e-300

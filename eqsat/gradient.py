@@ -3,7 +3,7 @@
 eqsat chooses a program by what it costs to run forward; its backward pass is the one JAX derives, and
 a program that runs faster forward can train slower (on XLA:CPU, a half-precision product whose
 transposed operand has its batch dims leading leaves the fast kernels in the backward pass).
-:func:`differentiable` gives the optimized program a JVP rule, called only where the function is
+``differentiable`` gives the optimized program a JVP rule, called only where the function is
 differentiated (``jax.grad``, ``jax.vjp``, ``jax.jvp``), that differentiates what the mode names:
 
 - ``measure`` (the default): whichever of the function as written and the optimized program runs a

@@ -54,7 +54,7 @@ class Jitted:
     eqsat hooks into that trace: it traces the function to a Program, optimizes it, and emits the
     optimized program instead. Later calls of the signature run through jax.jit's own cache, with no
     eqsat overhead. ``optimizations`` counts signatures optimized; ``results`` maps each to its
-    :class:`OptimizeResult`.
+    ``OptimizeResult``.
     """
 
     def __init__(
@@ -140,7 +140,7 @@ class Jitted:
         warnings.warn_explicit(message, RuntimeWarning, *where)
 
     def _check_arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-        """An :class:`UnsupportedError` naming the first dynamic argument that is not an array."""
+        """An ``UnsupportedError`` naming the first dynamic argument that is not an array."""
         dynamic, _, dyn_kwargs, _ = self._split(args, kwargs)
         for leaf in jax.tree_util.tree_leaves((dynamic, dyn_kwargs)):
             if not hasattr(leaf, "dtype") and not isinstance(leaf, int | float | bool):
@@ -171,7 +171,7 @@ class Jitted:
         )
 
     def result(self, *args: Any, **kwargs: Any) -> OptimizeResult:
-        """The :class:`OptimizeResult` of the signature of these arguments (optimized now if new):
+        """The ``OptimizeResult`` of the signature of these arguments (optimized now if new):
         ``f.result(x).report``, ``f.result(x).show()``."""
         key = self._signature(args, kwargs)
         if key not in self.results:
@@ -303,13 +303,13 @@ def jit(
     ``compiler_options`` mean what they mean to ``jax.jit``; ``inline`` too, but it is on by default:
     the optimized program is inlined into an enclosing jit's, as the function itself would be traced
     there (a nested jit is split in two where it is differentiated). ``measure``: as in
-    :func:`eqsat.optimize`, where the predicted gain is within the cost model's error, both programs
+    ``eqsat.optimize``, where the predicted gain is within the cost model's error, both programs
     are timed on this device at the first call of a signature and the faster is run. ``gradient``:
     what is differentiated where the function is (``jax.grad``, ``jax.vjp``, ``jax.jvp``):
     ``measure`` (default) whichever of the function as
     written and the optimized program runs a training step faster, both timed at the first
     differentiation of a signature; ``optimized``; ``input``, the function as written (see
-    :mod:`eqsat.gradient`). Decorating starts installing the rule set in a background thread (once
+    ``eqsat.gradient``). Decorating starts installing the rule set in a background thread (once
     per rule set and process), so the first call finds it ready; an unknown rule name fails here.
     """
     nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)

@@ -121,9 +121,9 @@ def _distance(reference: np.ndarray, x: np.ndarray) -> float:
 
 def judge(reference: Any, expected: Any, got: Any, dtype: str, strict: bool = True) -> str | None:
     """Why ``got`` (eqsat's result) is wrong, or None: measured against ``reference`` (the program as it
-    reads, :func:`eqsat.lowering.reference`), not against ``expected`` (jax.jit's result), since XLA
+    reads, ``eqsat.lowering.reference``), not against ``expected`` (jax.jit's result), since XLA
     does not always round where the program says (excess precision, contraction into fused
-    multiply-adds). ``got`` is right where it agrees with the reference (see :func:`compare`), or where
+    multiply-adds). ``got`` is right where it agrees with the reference (see ``compare``), or where
     jax.jit disagrees too and ``got`` is no further from the reference than jax.jit is, beyond the
     tolerance of ``dtype`` (the narrowest on the path): XLA's liberties are not blamed on eqsat, and a
     miscompile is never hidden behind a rounding."""

@@ -79,7 +79,7 @@ def equivalent(
 ) -> Equivalence:
     """Prove ``f`` and ``g`` (JAX functions traced at ``example_args``, or Programs with the same
     inputs) equal by saturating both in one e-graph with ``rules`` (default: every rule, the axioms
-    off by default in ``optimize`` included). Returns an :class:`Equivalence`: truthy when proven, and
+    off by default in ``optimize`` included). Returns an ``Equivalence``: truthy when proven, and
     printed as its explanation."""
     t0 = time.perf_counter()
     chosen = resolve(rules, [ALL])

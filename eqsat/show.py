@@ -14,7 +14,7 @@ from pathlib import Path
 
 import graphviz
 
-from eqsat.egraph import Node, Serialized
+from eqsat.egraph import Node, Serialized, attrs_of, spec_of
 from eqsat.errors import EqsatError
 from eqsat.ir import Program
 from eqsat.text import format_attr_value
@@ -142,8 +142,12 @@ def _reads(graph: Serialized, node: Node) -> list[str]:
 
 
 def _node_label(graph: Serialized, node: Node) -> str:
-    attrs = [_value(graph.value(c)) for c in node.children if c in graph.values]
-    return "\\n".join([node.op, *attrs]) if attrs else node.op
+    """The constructor and its attributes by name (``scale=1.0``), as a program's op shows them."""
+    spec = spec_of(node)
+    if spec is None:  # Input, Opaque: their values as they are
+        values = [_value(graph.value(c)) for c in node.children if c in graph.values]
+        return "\\n".join([node.op, *values]) if values else node.op
+    return _label(node.op, attrs_of(graph, node, spec))
 
 
 def _tensor_classes(graph: Serialized) -> dict[str, list[Node]]:

@@ -77,12 +77,14 @@ _CLOSING = {"(": ")", "[": "]", "{": "}", "<": ">"}
 
 def split_top(text: str) -> list[str]:
     """Split on commas outside brackets (and quoted strings); empty input gives an empty list. Brackets
-    that do not pair up are a :class:`ParseError`."""
+    that do not pair up are a ``ParseError``."""
     parts: list[str] = []
     start = 0
     open_: list[str] = []
     for m in _TOP_LEVEL.finditer(text):
         ch = m.group()
+        if ch.startswith('"'):  # a quoted string: its commas and brackets are text
+            continue
         if ch == ",":
             if not open_:
                 parts.append(text[start : m.start()].strip())
@@ -205,7 +207,7 @@ def _names(text: str, line: int, what: str) -> tuple[str, ...]:
 
 
 def parse_line(text: str, number: int) -> Line:
-    """Split one op line; raise :class:`ParseError` naming the line if it does not fit the grammar."""
+    """Split one op line; raise ``ParseError`` naming the line if it does not fit the grammar."""
     try:
         return _parse_line(text, number)
     except ParseError as e:

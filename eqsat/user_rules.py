@@ -45,14 +45,14 @@ def rule(
     """The rule ``lhs -> rhs``, traced at ``example`` (one type per parameter: a ``TensorType``, an
     array or a ``jax.ShapeDtypeStruct``) or at each of ``examples`` (one variant each, e.g. one per
     rank). ``lhs`` may be several spellings of the same computation. Sides are JAX functions, or
-    :class:`eqsat.Built` builder functions for canonical ops JAX has no primitive for.
+    ``eqsat.Built`` builder functions for canonical ops JAX has no primitive for.
 
     ``when``: extra egglog guard facts over the parameters, e.g. ``"(wide-float (dtype x))"``.
     ``exact``: both sides agree bit for bit in IEEE arithmetic (then also on ±0, ±inf and NaN inputs);
     inexact rules must only keep finite results finite and close.
 
-    Raises :class:`eqsat.UnsoundRuleError` with a counterexample if the sides differ, and
-    :class:`eqsat.UnsupportedError` if a side cannot be a pattern (a constant array, an opaque op).
+    Raises ``eqsat.UnsoundRuleError`` with a counterexample if the sides differ, and
+    ``eqsat.UnsupportedError`` if a side cannot be a pattern (a constant array, an opaque op).
     """
     if name in {r.name for r in ALL_RULES}:
         raise EqsatError(f"rule name {name!r} is taken by a built-in rule; choose another")

@@ -60,7 +60,7 @@ def check_rule(
     whose guard excludes it need not fire then.
     ``case``: keyword arguments of the example (one of ``rule.cases``); the rule must fire on it.
 
-    Raises :class:`MiscompileError` on disagreement and :class:`EqsatError` if the rule does not fire.
+    Raises ``MiscompileError`` on disagreement and ``EqsatError`` if the rule does not fire.
     """
     rng = np.random.default_rng(seed)
     bindings = rule.example(rng, **(case or {}))
@@ -232,8 +232,8 @@ def validate(
     compile: bool = True,
     kinds: Sequence[str] = INPUT_KINDS,
 ) -> None:
-    """Run both programs on random inputs of each kind (see :func:`random_array`) and judge every
-    output of the optimized one against the original as it reads (see :func:`judge`: within the
+    """Run both programs on random inputs of each kind (see ``random_array``) and judge every
+    output of the optimized one against the original as it reads (see ``judge``: within the
     tolerance of the narrowest dtype on the original's path, or no further from it than the original
     as compiled).
 
@@ -241,7 +241,7 @@ def validate(
     match too, on every kind of input.
     Where an inexact rule fired (reassociation, scale motion: fast-math rewrites), inf and NaN inputs
     and results may differ, but a finite result must stay finite and close. ``compile=False`` runs the
-    programs op by op (faster for many small programs). Raises :class:`MiscompileError` naming the
+    programs op by op (faster for many small programs). Raises ``MiscompileError`` naming the
     output, the input kind and the rules that fired.
     """
     from eqsat.lowering import lower, reference

@@ -44,7 +44,7 @@ def opaque_lowering(name: str) -> Lowering | None:
 
 def _meaning(op: Op) -> Lowering:
     """What opaque ``op`` runs as: its payload (a JAX primitive) or its registered meaning, bound to its
-    attributes; :class:`UnsupportedError` naming it if it has neither."""
+    attributes; ``UnsupportedError`` naming it if it has neither."""
     if op.payload is not None:
         return op.payload
     name = str(op.attrs.get("op", ""))
@@ -66,7 +66,7 @@ def _run_opaque(op: Op, args: list[Any]) -> tuple[Any, ...]:
 
 
 def check_runnable(program: Program) -> None:
-    """Raise :class:`UnsupportedError` naming the first op of ``program`` that has no JAX meaning."""
+    """Raise ``UnsupportedError`` naming the first op of ``program`` that has no JAX meaning."""
     for op in program.live_ops():
         if op.name == OPAQUE:
             _meaning(op)
@@ -197,7 +197,7 @@ def _run_wide(op: Op, args: list[Any]) -> tuple[Any, ...]:
 
 
 def reference(program: Program) -> Callable[..., tuple[np.ndarray, ...]]:
-    """The program as it reads: like :func:`lower`, but op by op, each op computed in float64 and its
+    """The program as it reads: like ``lower``, but op by op, each op computed in float64 and its
     result rounded to its declared dtype — the roundings the program writes and no others (no excess
     precision, no contraction into fused multiply-adds, sums accumulated in float64). The oracle that
     ``eqsat.verify`` and the fuzzers measure jax.jit and eqsat against; runs under ``jax_enable_x64``."""

@@ -286,14 +286,14 @@ def _masked_attention(x: Any, causal: bool, fill: float) -> Any:
 
 def _merged(x: Any, w1: Any, w2: Any) -> Any:
     """Two products of one input by constant weights (Q/K/V merging), added."""
-    if x.ndim < 2:
+    if x.ndim < 2 or x.shape[-1] != w1.shape[0]:
         return x
     return x @ w1 + x @ w2
 
 
 def _conv(x: Any, w: Any) -> Any:
     """A 1-D convolution over the last axis of a rank-3 value (N, C, W), its C kernels closed over."""
-    if x.ndim != 3 or x.shape[-1] < 3:
+    if x.ndim != 3 or x.shape[-1] < 3 or x.shape[-2] != w.shape[1]:
         return x
     return lax.conv_general_dilated(
         x, w.astype(x.dtype), (1,), "SAME", dimension_numbers=("NCH", "OIH", "NCH")
@@ -310,7 +310,10 @@ def _float_steps(draw: Draw, dtype: str, shape: tuple[int, ...]) -> _Named:
         draw, (shape[-2] if len(shape) == 3 else 1, shape[-2] if len(shape) == 3 else 1, 3), dtype
     )
     causal, fill = draw(st.booleans()), draw(st.sampled_from([-jnp.inf, -1e9, -30.0]))
-    norms: dict[str, Step] = {f.__name__[1:]: (lambda e, f=f: f(e[-1], *vectors)) for f in _NORMS}
+    norms: dict[str, Step] = {
+        f.__name__[1:]: (lambda e, f=f: f(e[-1], *vectors) if e[-1].shape[-1:] == (last,) else e[-1])
+        for f in _NORMS
+    }
     steps: dict[str, Step] = {
         **norms,
         "masked_attention": lambda e: _masked_attention(e[-1], causal, fill),

@@ -95,7 +95,7 @@ def test_optimize_binds_dynamic_dims_or_says_which_default_it_took(capsys):
     assert main(["optimize", model, "-q", "--check"]) == 0
     out = capsys.readouterr().out
     assert "note: input 'x' is declared [-1, 3, 8, 8]: optimized at [1, 3, 8, 8]" in out
-    assert "check: the optimized program runs" in out
+    assert "verify: the optimized program runs" in out
     assert main(["optimize", model, "--shape", "x=4,3,8,8"]) == 0
     out = capsys.readouterr().out
     assert "note:" not in out and "tensor<4x3x8x8xf32>" in out

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts.check_docs_site import check as check_site
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 _BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
@@ -41,3 +43,40 @@ def test_the_site_builds_without_warnings(tmp_path):
     assert built.returncode == 0, built.stderr
     assert "WARNING" not in built.stderr, built.stderr  # counted even where strict mode lets one pass
     assert (tmp_path / "site" / "reference" / "index.html").read_text().count("doc-object") >= 10
+    assert check_site(tmp_path / "site") == []  # as a reader sees it: no raw markup, no broken link
+
+
+def test_the_site_check_finds_raw_markup_and_broken_links(tmp_path):
+    page = tmp_path / "site" / "a" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(
+        '<p>See :class:`Program` and <a href="../missing/">this</a>, <a href="#nowhere">here</a>.</p>'
+        "<pre><code>:class:`fine in code`</code></pre>"
+    )
+    problems = check_site(tmp_path / "site")
+    assert len(problems) == 3 and "raw markup" in problems[0]
+
+
+def test_every_exported_name_is_in_the_api_reference():
+    import importlib
+
+    import eqsat
+
+    documented = set()
+    for path in re.findall(r"^::: (\S+)$", (ROOT / "docs" / "reference.md").read_text(), re.M):
+        module, _, name = path.rpartition(".")
+        module = module if module.startswith("eqsat") else f"eqsat.{module}"  # rules/ is eqsat.rules
+        documented.add(id(getattr(importlib.import_module(module), name)))
+    missing = [name for name in eqsat.__all__ if id(getattr(eqsat, name)) not in documented]
+    assert not missing
+
+
+def test_the_rule_listing_in_the_docs_is_what_eqsat_rules_prints():
+    """docs/rules.md lists every rule as ``eqsat rules`` prints it: a rule added, renamed or reworded
+    without regenerating the listing fails here."""
+    printed = subprocess.run(
+        [sys.executable, "-m", "eqsat.cli", "rules"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    page = (ROOT / "docs" / "rules.md").read_text()
+    listing = page.split("## All rules", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+    assert listing == printed

@@ -145,3 +145,9 @@ def test_a_picture_is_saved_in_the_format_its_suffix_names(result, tmp_path):
         assert "pdf" in str(e) and "png" in str(e)
     else:
         assert pdf.startswith(b"%PDF")
+
+
+def test_egraph_nodes_name_their_attributes(result):
+    source = egraph_graph(result.egraph).source
+    (label,) = {line for line in source.splitlines() if 'label="Attention' in line}.pop().split('label="')[1:]
+    assert "\\nscale=" in label and "\\ncausal=" in label

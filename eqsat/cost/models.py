@@ -1,8 +1,8 @@
 """Cost models: the cost of one op given its attributes and the types of its operands and result.
 
 Extraction is DAG-aware: a program's cost is the sum over its distinct ops, so a shared subterm is
-paid once. Write your own model by subclassing :class:`CostModel` or passing a plain function with the
-same signature as :meth:`CostModel.op_cost`.
+paid once. Write your own model by subclassing ``CostModel`` or passing a plain function with the
+same signature as ``CostModel.op_cost``.
 """
 
 from __future__ import annotations

@@ -595,7 +595,7 @@ def jaxpr_of(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Jaxpr:
 
 
 def to_program(traced: Jaxpr) -> Traced:
-    """The Program of a traced function; :class:`UnsupportedError` where eqsat cannot represent one of
+    """The Program of a traced function; ``UnsupportedError`` where eqsat cannot represent one of
     its values (a complex dtype)."""
     closed = traced.closed
     program = Program()

@@ -3,7 +3,7 @@
 The JSON holds the same program as the PIR text, serialized: ops (``"#": "1.matmul"`` is
 ``pd_op.matmul``, ``"0.combine"`` is ``builtin.combine``, ``"p"`` a ``builtin.parameter``), typed
 attributes (``"0.a_bool"``, ``"1.a_intarray"``, ...), value ids (``{"%": 7}``; id 0 is an absent
-operand) and types (``"0.t_dtensor"``, ``"0.t_vec"``). Each op becomes the :class:`Line` the text
+operand) and types (``"0.t_dtensor"``, ``"0.t_vec"``). Each op becomes the ``Line`` the text
 form would give, so both forms load through one reader; ``line`` in errors is the op's position.
 """
 

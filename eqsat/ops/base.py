@@ -180,7 +180,7 @@ class OpDef:
         return out
 
     def infer(self, types: Sequence[TensorType], attrs: dict) -> TensorType:
-        """The output type; raises :class:`ShapeError` with the reason if the operands do not fit."""
+        """The output type; raises ``ShapeError`` with the reason if the operands do not fit."""
         same = (0, 1) if self.elementwise and len(types) == 2 else self.same_dtype
         if len({types[i].dtype for i in same}) > 1:
             raise ShapeError(f"{self.name} of different dtypes {', '.join(types[i].dtype for i in same)}")
