@@ -57,7 +57,8 @@ class Device:
         (``dot:attention:bfloat16`` falls back to ``dot:bfloat16``)."""
         known = dict(self.peaks)
         parts = kind.split(":")
-        for key in (kind, f"{parts[0]}:{parts[-1]}"):
+        # conv:depthwise:NCHW:float32, conv:depthwise:float32, conv:float32
+        for key in (kind, ":".join([*parts[:-2], parts[-1]]), f"{parts[0]}:{parts[-1]}"):
             if prefix + key in known:
                 return known[prefix + key]
         return None
@@ -98,6 +99,7 @@ DEVICES: dict[str, Device] = {
         cache_bandwidth=1.0e11,
         loop_step_s=1.5e-4,
         peaks=(
+            ("conv:depthwise:float32", 1.0e9),
             ("dot:attention:bfloat16", 1.12 * _CPU_PEAK),
             ("dot:bfloat16", 1.94 * _CPU_PEAK),
             ("dot:widened:bfloat16", _CPU_PEAK),
@@ -109,7 +111,9 @@ DEVICES: dict[str, Device] = {
         "(flash's cache-sized exact blocks tie with it at S=1024 and win from S=2048); before, its scores "
         "stream through the 32 MiB L3 (bench/rewrites.py). bfloat16 products run at 1.94x float32's "
         "rate, naive attention's at 1.12x, and those accumulated in float32 (flash's) at float32's: "
-        "XLA:CPU computes them in float32 (ratios from eqsat.calibrate, jax 0.12)",
+        "XLA:CPU computes them in float32 (ratios from eqsat.calibrate, jax 0.12). A depthwise conv "
+        "(lax.conv, feature_group_count = channels) runs at 0.7-2.3 GFLOP/s in either layout (3x3 and "
+        "5x5, 16²-56² maps, jax 0.12), 50-100x below the same work as shifted multiply-adds",
     ),
     "h100": Device(
         "h100",

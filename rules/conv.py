@@ -16,7 +16,7 @@ from typing import Any
 
 from eqsat.egraph import CONSTANT_VALUE, CONSTANT_WEIGHT
 from eqsat.ir import TensorType
-from eqsat.ops.conv import CONV_AXES, LAYOUTS
+from eqsat.ops.conv import ALGORITHMS, CONV_AXES, LAYOUTS
 
 from .base import MultiVariant, Rule, Variant, both_ways, rand_shape
 from .ranges import RANGES, Magnitude, cancels_little, in_range
@@ -378,6 +378,39 @@ def _dims(shape: str, *axes: int) -> list[str]:
     return [f"(vec-get {shape} {a})" for a in axes]
 
 
+def _shifted(layout: str) -> tuple[Variant, ...]:
+    """A depthwise conv (with or without its bias and epilogue) computed as shifted multiply-adds."""
+    axes = CONV_AXES[layout]
+    window = {"strides": "st", "padding": "p", "dilations": "dl", "groups": "g", "layout": layout}
+    guards = (
+        wide_float(dtype_of("x")),
+        equal("g", f"(vec-get {shape_of('x')} {axes.channel})"),
+        equal("g", f"(vec-get {shape_of('w')} {axes.kernel_out})"),
+        equal(f"(vec-get {shape_of('w')} {axes.kernel_in})", 1),
+    )
+    direct, shifted = ALGORITHMS
+    conv = {a: Conv2d("x", "w", **window, algorithm=a) for a in ALGORITHMS}
+    fused = {a: Conv2dBiasAct("x", "w", "c", **window, act="act", algorithm=a) for a in ALGORITHMS}
+    return Variant(conv[direct], conv[shifted], guards), Variant(fused[direct], fused[shifted], guards)
+
+
+def _depthwise_example(rng: Any) -> dict[str, Any]:
+    """A depthwise conv of random strides, padding and dilations, in either layout."""
+    c, h, w = (int(d) for d in rng.integers(1, 5, 3))
+    k = tuple(int(d) for d in rng.integers(1, 4, 2))
+    nchw = bool(rng.integers(2))
+    return {
+        "x": TensorType((2, c, h + 6, w + 6) if nchw else (2, h + 6, w + 6, c), F32),
+        "w": TensorType((c, 1, *k) if nchw else (*k, 1, c), F32),
+        "c": TensorType((c,), F32),
+        "st": tuple(int(d) for d in rng.integers(1, 3, 2)),
+        "p": tuple(int(d) for d in rng.integers(0, 3, 4)),
+        "dl": tuple(int(d) for d in rng.integers(1, 3, 2)),
+        "g": c,
+        "act": str(rng.choice(["none", "relu"])),
+    }
+
+
 def _itself(term: str) -> str:
     return term
 
@@ -417,6 +450,14 @@ RULES = [
             ),
         ),
         _unit_reshape,
+    ),
+    Rule(
+        "depthwise-conv-shifted",
+        "a depthwise conv is the sum over its taps of the data shifted to the tap times the tap's weight "
+        "per channel: elementwise work XLA fuses into one loop (its depthwise conv kernel is slow on CPU)",
+        (*_shifted("NCHW"), *_shifted("NHWC")),
+        _depthwise_example,
+        exact=False,  # the same products, summed in another order
     ),
     Rule(
         "merge-shared-input-convs",

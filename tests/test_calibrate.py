@@ -46,6 +46,8 @@ def test_calibrate_measures_every_parameter(measured):
         "dot:attention:bfloat16",
         "conv:NCHW:float32",
         "conv:NHWC:float32",
+        "conv:depthwise:NCHW:float32",
+        "conv:depthwise:NHWC:float32",
         "write:dot:float32",
         "write:dot:bfloat16",
         "write:dot:float16",
@@ -115,15 +117,19 @@ def test_dot_and_conv_kernels_carry_their_kind():
     for result, kind in (("bfloat16", "dot:bfloat16"), ("float32", "dot:widened:bfloat16")):
         matmul = OPS["matmul"].cost_phases([bf16, bf16], TensorType((8, 8), result), {})
         assert [k.kind for k in matmul] == [kind]
-    x, w = TensorType((1, 4, 4, 2), "float32"), TensorType((3, 3, 2, 5), "float32")
-    conv = OPS["conv2d"].cost_phases([x, w], TensorType((1, 2, 2, 5), "float32"), {"layout": "NHWC"})
-    assert [k.kind for k in conv] == ["conv:NHWC:float32"]
-    device = Device(**{**DEVICES["cpu"].__dict__, "peaks": (("conv:float32", 7.0), ("dot:bfloat16", 3.0))})
-    assert (device.peak("dot:bfloat16"), device.peak("conv:NHWC:float32"), device.peak("dot:float32")) == (
-        3.0,
-        7.0,
-        device.peak_flops,
-    )
+    x, w, dw = (TensorType(s, "float32") for s in ((1, 4, 4, 2), (3, 3, 2, 5), (3, 3, 1, 2)))
+
+    def kinds(kernel, out, **attrs):
+        attrs = OPS["conv2d"].normalize([x, kernel], {"layout": "NHWC", **attrs})
+        return [k.kind for k in OPS["conv2d"].cost_phases([x, kernel], TensorType(out, "float32"), attrs)]
+
+    assert kinds(w, (1, 2, 2, 5)) == ["conv:NHWC:float32"]
+    assert kinds(dw, (1, 2, 2, 2), groups=2) == ["conv:depthwise:NHWC:float32"]
+    assert kinds(dw, (1, 2, 2, 2), groups=2, algorithm="shifted") == [""]  # a loop at the elementwise rate
+    peaks = (("conv:float32", 7.0), ("conv:depthwise:float32", 0.5), ("dot:bfloat16", 3.0))
+    device = Device(**{**DEVICES["cpu"].__dict__, "peaks": peaks})
+    got = [device.peak(k) for k in ("dot:bfloat16", "conv:NHWC:float32", "conv:depthwise:NCHW:float32")]
+    assert [*got, device.peak("dot:float32")] == [3.0, 7.0, 0.5, device.peak_flops]
 
 
 def test_cli_calibrate_prints_the_profile(cache_dir, capsys):

@@ -10,8 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 import eqsat
+from eqsat import Builder
 from eqsat.egraph import Serialized, encode, new_egraph
 from eqsat.lowering import lower
 
@@ -358,3 +360,41 @@ def test_resnet_gradients_through_fused_convs_are_as_accurate_as_jax_jit(train):
     for r, w, g in zip(*leaves, strict=True):
         r, w, g = (np.asarray(a, np.float64) for a in (r, w, g))
         assert np.linalg.norm(g - r) <= 4 * np.linalg.norm(w - r) + 1e-6 * scale
+
+
+def _depthwise_block(layout):
+    """A depthwise-separable block as MobileNets write it: depthwise 3x3, relu, pointwise 1x1."""
+    rng = np.random.default_rng(0)
+    c = 16
+    shapes = {"NCHW": ((c, 1, 3, 3), (32, c, 1, 1)), "NHWC": ((3, 3, 1, c), (1, 1, c, 32))}[layout]
+    dw, pw = (jnp.asarray(rng.normal(size=s) * 0.3, jnp.float32) for s in shapes)
+    numbers = {"NCHW": ("NCHW", "OIHW", "NCHW"), "NHWC": ("NHWC", "HWIO", "NHWC")}[layout]
+
+    def block(x):
+        y = lax.conv_general_dilated(x, dw, (2, 2), "SAME", dimension_numbers=numbers, feature_group_count=c)
+        return lax.conv_general_dilated(jax.nn.relu(y), pw, (1, 1), "VALID", dimension_numbers=numbers)
+
+    x = rng.normal(size=(2, c, 20, 20) if layout == "NCHW" else (2, 20, 20, c))
+    return block, jnp.asarray(x, jnp.float32)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_depthwise_conv_runs_as_shifted_multiply_adds_where_xla_runs_it_slowly(layout):
+    """The CPU profile prices XLA:CPU's depthwise conv at its measured rate (50-100x below the same
+    work as multiply-adds); the H100's does not, so there it stays XLA's conv."""
+    block, x = _depthwise_block(layout)
+    for device, want in (("cpu", "shifted"), ("h100", "direct")):
+        fn = eqsat.jit(block, cost=f"roofline:{device}")
+        np.testing.assert_allclose(fn(x), jax.jit(block)(x), rtol=1e-4, atol=1e-4)
+        convs = [op for op in fn.result(x).program.ops if op.name.startswith("conv2d")]
+        depthwise = [op for op in convs if op.attrs["groups"] > 1]
+        assert [op.attrs["algorithm"] for op in depthwise] == [want]
+    grad = jax.grad(lambda x: eqsat.jit(block, gradient="optimized")(x).sum())(x)
+    np.testing.assert_allclose(grad, jax.grad(lambda x: block(x).sum())(x), rtol=1e-4, atol=1e-4)
+
+
+def test_the_shifted_algorithm_is_for_depthwise_convs_only():
+    b = Builder()
+    x, w = b.input("x", (1, 4, 8, 8)), b.input("w", (4, 4, 3, 3))
+    with pytest.raises(eqsat.ShapeError, match="depthwise convs only"):
+        b.conv2d(x, w, algorithm="shifted")

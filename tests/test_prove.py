@@ -135,7 +135,7 @@ def test_a_program_optimizes_within_the_limits_with_every_rule_on():
         return jax.nn.softmax(q @ k.T / 8.0, axis=-1) @ v
 
     program = eqsat.from_jax(attention, *_args((64, 32), (64, 32), (64, 32)))
-    limits = eqsat.Limits(max_nodes=3000, timeout_s=5.0)
+    limits = eqsat.Limits(max_nodes=3000, timeout_s=120.0)  # the node limit bounds it, not the load
     default = eqsat.optimize(program, limits=limits)
     every = eqsat.optimize(program, rules=["all"], limits=limits, verify=True)
     assert every.report.saturation.iterations[-1].nodes <= NODE_SLACK * limits.max_nodes

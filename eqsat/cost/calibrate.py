@@ -3,7 +3,7 @@
 Each parameter of ``eqsat.devices.Device`` is measured by a kernel that exposes it, jitted and timed
 (median of samples, a sample as many calls as take a few milliseconds): the dot peak per dtype
 (float32, bfloat16, float16 matrix products), the rate at which a product over a short contraction
-writes its result, per dtype, the conv peak per layout (a 3x3 conv, NCHW and NHWC),
+writes its result, per dtype, the conv peak per layout (a 3x3 conv, NCHW and NHWC, dense and depthwise),
 streaming bandwidth (an add over arrays far larger than the cache), cache bandwidth (the same over
 arrays that fit), where the cache ends (the size at which bandwidth falls to the geometric mean of
 the two), the cost of one more kernel in a program (a chain of small dots that XLA cannot fuse) and
@@ -62,17 +62,23 @@ def dot_write_bandwidth(dtype: Any, peak: float, size: int) -> float:
     return written / max(median_seconds(jnp.matmul, a, b) - flops / peak, written / 1e12)
 
 
-def conv_peak(layout: str, batch: int) -> float:
-    """Flops per second of a 3x3, 64-channel conv on 32x32 images in ``layout`` (NCHW or NHWC)."""
+def conv_peak(layout: str, batch: int, depthwise: bool = False) -> float:
+    """Flops per second of a 3x3, 64-channel conv (or a depthwise one: one kernel per channel) on
+    32x32 images in ``layout`` (NCHW or NHWC), as XLA runs lax.conv."""
     c, hw = 64, 32
+    per_group = 1 if depthwise else c
     shape = (batch, c, hw, hw) if layout == "NCHW" else (batch, hw, hw, c)
-    kernel = (c, c, 3, 3) if layout == "NCHW" else (3, 3, c, c)
+    kernel = (c, per_group, 3, 3) if layout == "NCHW" else (3, 3, per_group, c)
     dims = (layout, "OIHW" if layout == "NCHW" else "HWIO", layout)
+    groups = c // per_group
 
     def conv(x: jax.Array, w: jax.Array) -> jax.Array:
-        return lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dims)
+        return lax.conv_general_dilated(
+            x, w, (1, 1), "SAME", dimension_numbers=dims, feature_group_count=groups
+        )
 
-    return 2.0 * batch * hw * hw * c * c * 9 / median_seconds(conv, _random(shape), _random(kernel))
+    flops = 2.0 * batch * hw * hw * c * per_group * 9
+    return flops / median_seconds(conv, _random(shape), _random(kernel))
 
 
 def add_bandwidth(nbytes: float, floor_s: float = 0.0) -> float:
@@ -158,6 +164,7 @@ def calibrate(*, quick: bool = False, save: bool = True, progress: Progress | No
     say("conv peaks")
     for layout in ("NCHW", "NHWC"):
         peaks[f"conv:{layout}:float32"] = conv_peak(layout, 2 if quick else 8)
+        peaks[f"conv:depthwise:{layout}:float32"] = conv_peak(layout, 2 if quick else 8, depthwise=True)
     say("kernel cost")
     launch = kernel_cost(16 if quick else 64)
     say("bandwidth")

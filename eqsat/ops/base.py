@@ -108,6 +108,7 @@ class OpDef:
     same_dtype: tuple[int, ...] = ()
     axis_attr: str | None = None
     contraction: str = ""  # "dot" or "conv": its kernel's peak depends on the operands' dtype
+    kernel_kind: Callable[[Sequence[TensorType], dict], str] | None = field(default=None, compare=False)
     fusion: Fusion | None = None
     expensive: bool = False  # XLA does not compute it again in each fusion that reads it
     check: DtypeCheck | None = None
@@ -142,11 +143,12 @@ class OpDef:
             return self.phases(ins, out, attrs)
         if not self.contraction:
             return [Kernel(self.flops(ins, out, attrs), self.bytes(ins, out, attrs))]
-        kind = (
-            product_kind(ins[0].dtype, out.dtype)
-            if self.contraction == "dot"
-            else contraction_kind(self.contraction, ins[0].dtype, str(attrs.get("layout", "")))
-        )
+        if self.kernel_kind is not None:  # where the kind depends on more than the dtype
+            kind = self.kernel_kind(ins, attrs)
+        elif self.contraction == "dot":
+            kind = product_kind(ins[0].dtype, out.dtype)
+        else:
+            kind = contraction_kind(self.contraction, ins[0].dtype, str(attrs.get("layout", "")))
         flops, nbytes = self.flops(ins, out, attrs), self.bytes(ins, out, attrs)
         return [Kernel(flops, nbytes, kind=kind, written=float(out.nbytes))]
 

@@ -17,7 +17,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule, vec
 from eqsat.types import TensorType
 
-from .base import ACT, AXIS, Attr, OpDef, floats
+from .base import ACT, AXIS, Attr, OpDef, contraction_kind, floats
 from .elementwise import ACTIVATIONS
 
 Array = jax.Array
@@ -142,6 +142,50 @@ def _pairs(padding: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(padding[0], padding[1]), (padding[2], padding[3])]
 
 
+def depthwise(types: Sequence[TensorType], attrs: dict) -> bool:
+    """A conv of one kernel per channel (groups = channels = output channels)."""
+    axes = CONV_AXES[attrs["layout"]]
+    x, w = types[0].shape, types[1].shape
+    return attrs["groups"] == x[axes.channel] == w[axes.kernel_out] and w[axes.kernel_in] == 1
+
+
+def _shifted(
+    x: Array,
+    w: Array,
+    strides: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilations: tuple[int, ...],
+    layout: str,
+) -> Array:
+    """A depthwise conv as a sum over the kernel's taps of the data shifted to each tap (a strided
+    slice of the padded data) times that tap's weight per channel: elementwise work XLA fuses into one
+    loop (XLA:CPU runs lax.conv's depthwise kernel 50-100x slower)."""
+    axes = CONV_AXES[layout]
+    pads = [(0, 0)] * 4
+    for i, axis in enumerate(axes.spatial):
+        pads[axis] = (padding[2 * i], padding[2 * i + 1])
+    padded = jnp.pad(x, pads)
+    kh, kw = (w.shape[k] for k in axes.kernel_spatial)
+    out_hw = [
+        window_out(x.shape[axis], w.shape[k], *pads[axis], strides[i], dilations[i])
+        for i, (axis, k) in enumerate(zip(axes.spatial, axes.kernel_spatial, strict=True))
+    ]
+    channels = w.reshape(-1, w.shape[axes.kernel_out]) if layout == "NHWC" else w.reshape(w.shape[0], -1).T
+    total = None
+    for tap in range(kh * kw):
+        i, j = divmod(tap, kw)
+        start, limit, step = [0] * 4, list(padded.shape), [1] * 4
+        for d, (axis, offset) in enumerate(zip(axes.spatial, (i, j), strict=True)):
+            start[axis] = offset * dilations[d]
+            limit[axis] = start[axis] + (out_hw[d] - 1) * strides[d] + 1
+            step[axis] = strides[d]
+        weight = channels[tap].reshape((1, -1, 1, 1) if layout == "NCHW" else (1, 1, 1, -1))
+        term = lax.slice(padded, start, limit, step) * weight
+        total = term if total is None else total + term
+    assert total is not None
+    return total
+
+
 def _conv2d(
     x: Array,
     w: Array,
@@ -151,7 +195,10 @@ def _conv2d(
     dilations: tuple[int, ...],
     groups: int,
     layout: str,
+    algorithm: str = "direct",
 ) -> Array:
+    if algorithm == "shifted":
+        return _shifted(x, w, strides, padding, dilations, layout)
     return lax.conv_general_dilated(
         x,
         w,
@@ -227,20 +274,49 @@ _WINDOW = (
     Attr("padding", "ints", (0, 0, 0, 0)),  # (top, bottom, left, right)
 )
 _LAYOUT = Attr("layout", "str", "NCHW", LAYOUTS)
-_CONV_ATTRS = (*_WINDOW, Attr("dilations", "ints", (1, 1)), Attr("groups", "int", 1), _LAYOUT)
+# How a conv is computed (each lowered its own way, equated by a checked rule; the cost model picks):
+# XLA's conv kernel, or (depthwise only) the shifted multiply-adds of ``_shifted``
+ALGORITHMS = ("direct", "shifted")
+_CONV_ATTRS = (
+    *_WINDOW,
+    Attr("dilations", "ints", (1, 1)),
+    Attr("groups", "int", 1),
+    _LAYOUT,
+    Attr("algorithm", "str", "direct", ALGORITHMS),
+)
+
+
+def _conv_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
+    if attrs["algorithm"] == "shifted" and not depthwise(types, attrs):
+        return "the shifted algorithm computes depthwise convs only (one kernel per channel)"
+    return floats(types, attrs)
+
+
+def _conv_kind(types: Sequence[TensorType], attrs: dict) -> str:
+    """The kernel a conv runs as: XLA's conv (``conv:<layout>:<dtype>``, ``conv:depthwise:...`` for a
+    depthwise one, whose rate a device profile may give apart), or for the shifted algorithm a loop
+    of multiply-adds (no kind: the device's elementwise rate)."""
+    if attrs["algorithm"] == "shifted":
+        return ""
+    op = "conv:depthwise" if depthwise(types, attrs) else "conv"
+    return contraction_kind(op, types[0].dtype, attrs["layout"])
+
+
 CONV = [
     OpDef(
         "conv2d",
         2,
         "2-D convolution (cross-correlation) of x by kernel w: NCHW data with an OIHW kernel, or NHWC "
         "with HWIO; strides, padding (top, bottom, left, right), dilations of the kernel, groups "
-        "(groups = channels: depthwise)",
+        "(groups = channels: depthwise); algorithm: XLA's conv (direct), or for a depthwise conv a sum "
+        "of the data shifted to each tap times its weights (shifted)",
         _CONV_ATTRS,
         Conv2d(),
         flops=_conv_flops,
         same_dtype=(0, 1),
         contraction="conv",
-        check=floats,
+        kernel_kind=_conv_kind,
+        check=_conv_operands,
         lower=_conv2d,
     ),
     OpDef(
@@ -253,7 +329,8 @@ CONV = [
         flops=_conv_flops,
         same_dtype=(0, 1, 2),
         contraction="conv",
-        check=floats,
+        kernel_kind=_conv_kind,
+        check=_conv_operands,
         lower=_conv2d_bias_act,
     ),
     OpDef(
