@@ -282,6 +282,19 @@ def _axis(axis: Any) -> int:
 register_opaque("pd_op.leaky_relu", lambda x, *, negative_slope, **_: jax.nn.leaky_relu(x, negative_slope))
 register_opaque("pd_op.clip", lambda x, lo, hi, **_: jnp.clip(x, lo, hi))
 register_opaque("pd_op.cumsum", lambda x, axis, **_: jnp.cumsum(x, axis=_axis(axis)))
+
+
+def _roll(x: jax.Array, shifts: Any, *, axis: Any = (), **_: Any) -> jax.Array:
+    """Paddle's roll: ``shifts`` along ``axis`` (each its own), or over the flattened tensor where
+    ``axis`` is empty."""
+    steps = tuple(int(s) for s in np.ravel(np.asarray(shifts)))
+    axes = tuple(int(a) for a in np.ravel(np.asarray(axis, dtype=np.int64)))
+    if not axes:
+        return jnp.roll(x.reshape(-1), steps[0]).reshape(x.shape)
+    return jnp.roll(x, steps, axes)
+
+
+register_opaque("pd_op.roll", _roll)
 register_opaque("pd_op.stack", lambda *xs, axis, **_: jnp.stack(xs, axis=axis))
 register_opaque(
     "pd_op.argmax",

@@ -184,6 +184,8 @@ CASES = [
         (X,),
     ),
     Case("stack", lambda x, y: paddle.stack([x, y], axis=1), (X, Y)),
+    Case("roll", lambda x: paddle.roll(x, shifts=[1, -2], axis=[0, 1]), (X,)),
+    Case("roll-flat", lambda x: paddle.roll(x, shifts=3), (X,)),
     Case("arange", lambda x: x + paddle.arange(0, 8, 2).astype("float32"), (X,)),
     Case(
         "embedding",
