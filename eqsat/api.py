@@ -159,13 +159,16 @@ class OptimizeResult:
 
 def _input_shapes(program: Program, args: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
     """The shapes of the arguments for ``program``'s inputs, checked: their rank and dtype, and the
-    size of every dim that is not dynamic, must be the input's; and there must be one per input."""
-    if len(args) != len(program.inputs):
-        names = ", ".join(repr(v.name) for v in program.inputs)
-        n = len(program.inputs)
-        raise TypeError(f"the program takes {n} input{'s' * (n != 1)} ({names}), got {len(args)}")
+    size of every dim that is not dynamic, must be the input's; and there must be one per input and per
+    weight without a value."""
+    free = [p for p in program.params if p.name not in program.param_values]  # weights passed in
+    expected = [*program.inputs, *free]
+    if len(args) != len(expected):
+        names = ", ".join(repr(v.name) for v in expected)
+        n = len(expected)
+        raise TypeError(f"the program takes {n} argument{'s' * (n != 1)} ({names}), got {len(args)}")
     shapes = []
-    for value, arg in zip(program.inputs, args, strict=True):
+    for value, arg in zip(program.inputs, args, strict=False):  # the inputs, then the free weights
         kind = arg.dtype if hasattr(arg, "dtype") else np.result_type(arg)  # an array, or a Python number
         shape, dtype = tuple(np.shape(arg)), jax.dtypes.canonicalize_dtype(kind).name
         declared = program.dynamic.get(value.name or "", value.type.shape)

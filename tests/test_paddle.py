@@ -297,7 +297,7 @@ def test_mobilenets_hard_activations_are_canonical_ops():
 
 def test_a_loaded_program_called_with_too_few_inputs_says_how_many_it_takes():
     program = eqsat.load(Path(__file__).parent / "data" / "paddle_nets" / "mini_conv_squeeze_dyn.json")
-    with pytest.raises(TypeError, match=r"takes 1 input \('x'\), got 0"):
+    with pytest.raises(TypeError, match=r"takes 1 argument \('x'\), got 0"):
         eqsat.optimize(program).fn()
 
 
