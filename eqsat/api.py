@@ -414,13 +414,12 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     timings["encode"] += loads[0]
     timings["saturate"] = sat.seconds - loads[0]
     t = time.perf_counter()
-    if _holds_the_program_alone(sat, program):  # nothing to choose
-        timings["extract"] = 0.0
-        return _chosen(original, program, model.program_cost(program), job, sat, timings)
     try:
         deadline.check("before extraction")
-        graph = Serialized(egraph.serialize([]).to_json())
-        if job.extractor == "egglog":
+        graph = Serialized(egraph.serialize([]).to_json())  # kept for pictures, extracted or not
+        if _holds_the_program_alone(sat, program):  # nothing to choose
+            best, extractor, after = program, job.extractor, model.program_cost(program)
+        elif job.extractor == "egglog":
             best = extract_with_egglog(egraph, enc, program)
             extractor, after = job.extractor, model.program_cost(best)
         else:

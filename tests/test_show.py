@@ -151,3 +151,10 @@ def test_egraph_nodes_name_their_attributes(result):
     source = egraph_graph(result.egraph).source
     (label,) = {line for line in source.splitlines() if 'label="Attention' in line}.pop().split('label="')[1:]
     assert "\\nscale=" in label and "\\ncausal=" in label
+
+
+def test_the_egraph_of_a_program_no_rule_changed_can_be_drawn():
+    """A saturation that changed nothing is not extracted, but its e-graph is kept for pictures."""
+    unchanged = eqsat.optimize(eqsat.from_jax(jnp.tanh, jnp.ones(3)), cache=False)
+    assert not unchanged.report.rules_fired
+    assert 'class="cluster"' in unchanged.show("egraph").svg
