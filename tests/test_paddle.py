@@ -305,3 +305,15 @@ def test_shapes_naming_no_input_is_an_error():
     path = Path(__file__).parent / "data" / "paddle_nets" / "mini_conv_squeeze_dyn.json"
     with pytest.raises(eqsat.ParseError, match="'y', which is no input"):
         eqsat.load(path, shapes={"y": (1, 3, 8, 8)})
+
+
+def test_a_program_that_fails_at_guessed_sizes_says_which_input_needs_them():
+    """[None, 3, None, None], as image models are saved: loaded with no help, H = W = 1 is a guess the
+    first conv cannot take; the error names the input to bind (#41)."""
+    path = Path(__file__).parent / "data" / "paddle_nets" / "mini_conv_pool_dyn_hw.json"
+    with pytest.raises(ParseError, match=r"'x' declared \[-1, 3, -1, -1\] were taken as 1: bind them"):
+        eqsat.load(path)
+    (out,) = eqsat.optimize(eqsat.load(path, shapes={"x": (2, 3, 16, 16)})).fn(
+        np.ones((2, 3, 16, 16), np.float32)
+    )
+    assert out.shape == (2, 4, 7, 7)

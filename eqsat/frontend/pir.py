@@ -1114,7 +1114,10 @@ def read_lines(
     other sizes (``Program.specialize``)."""
     lines = list(lines)
     r = _Reader(shapes)
-    produced = _read(r, lines)
+    try:
+        produced = _read(r, lines)
+    except ParseError as e:
+        raise _with_shape_hint(e, r, shapes) from None
     inputs = [v.name for v in r.program.inputs]
     unknown = sorted(set(shapes or {}) - set(inputs))
     if unknown:
@@ -1126,6 +1129,20 @@ def read_lines(
     if r.program.dynamic:
         r.program.specialize = lambda bound: read_lines(lines, outputs, {**(shapes or {}), **bound})
     return r.program
+
+
+def _with_shape_hint(error: ParseError, r: _Reader, shapes: Mapping[str, Sequence[int]] | None) -> ParseError:
+    """``error``, saying which inputs' dynamic dims were taken as ``DYNAMIC_DEFAULT`` for want of a
+    size: a program that fails at those sizes needs them bound (an image's height and width)."""
+    guessed = {name: declared for name, declared in r.program.dynamic.items() if name not in (shapes or {})}
+    if not guessed:
+        return error
+    which = ", ".join(f"{name!r} declared {list(d)}" for name, d in guessed.items())
+    hint = (
+        f"{error.reason} (the dynamic dims of {which} were taken as {DYNAMIC_DEFAULT}: bind them, "
+        f"shapes={{{next(iter(guessed))!r}: (...)}} or --shape NAME=D0,D1,...)"
+    )
+    return ParseError(hint, line=error.line, op=error.op)
 
 
 def _read(r: _Reader, lines: Iterable[Line]) -> list[tuple[str, Value]]:
