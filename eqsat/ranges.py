@@ -59,12 +59,16 @@ class Range:
     @classmethod
     def of(cls, value: np.ndarray) -> Range | None:
         """The range of a float array, rounded outward; None if it holds a NaN or nothing."""
-        x = np.asarray(value, np.float64)
-        if x.size == 0 or np.isnan(x).any():
+        x = np.asarray(value)
+        if x.dtype.kind != "f":  # bfloat16 (ml_dtypes): numpy's reductions want a native float
+            x = x.astype(np.float32)
+        if x.size == 0:
             return None
-        nonzero = np.abs(x[x != 0])
-        tiny = float(nonzero.min()) if nonzero.size else math.inf
-        low, high = _outward(float(x.min()), up=False), _outward(float(x.max()), up=True)
+        least, most = float(x.min()), float(x.max())  # no copy of the weights; a NaN propagates
+        if math.isnan(least) or math.isnan(most):
+            return None
+        tiny = float(np.min(np.abs(x), where=x != 0, initial=np.inf))
+        low, high = _outward(least, up=False), _outward(most, up=True)
         return cls(low, high, min(_power_of_two(tiny, False), TINY_CAP))
 
     def facts(self, term: str) -> list[str]:
