@@ -408,7 +408,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     except (KeyboardInterrupt, SystemExit):
         raise
     except TimeLimit as e:
-        return _timed_out(original, model, timings, str(e))
+        return _timed_out(original, model, timings, e)
     except BaseException as e:  # egglog errors, and Rust panics (BaseException), e.g. a rule equating shapes
         return _unchanged(original, model, timings, f"saturation failed, the input is returned: {e}")
     timings["encode"] += loads[0]
@@ -428,7 +428,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
             best, extractor, after = _extract(graph, enc, program, job, ilp_seconds)
     except TimeLimit as e:
         timings["extract"] = time.perf_counter() - t
-        return _timed_out(original, model, timings, str(e), sat)
+        return _timed_out(original, model, timings, e, sat)
     timings["extract"] = time.perf_counter() - t
     result = _chosen(original, best, after, replace(job, extractor=extractor), sat, timings)
     return replace(result, egraph=graph, outputs=[graph.roots[r] for r in enc.roots])
@@ -462,13 +462,13 @@ def _timed_out(
     program: Program,
     model: CostModel,
     timings: dict[str, float],
-    why: str,
+    passed: TimeLimit,
     saturation: SaturationReport | None = None,
 ) -> OptimizeResult:
     """The input, where the time limit passed before a program could be extracted."""
     cost = model.program_cost(program)
-    sat = saturation or SaturationReport(stop_reason=why.split(" passed", 1)[0])
-    note = f"{why}: the input is returned"
+    sat = saturation or SaturationReport(stop_reason=passed.limit)
+    note = f"{passed}: the input is returned"
     return OptimizeResult(program, program, Report(sat, model.name, cost, cost, timings, note, "none"))
 
 
