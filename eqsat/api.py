@@ -19,14 +19,21 @@ from eqsat.cost import CostModel, get_cost_model
 from eqsat.deadline import Deadline, TimeLimit
 from eqsat.egraph import REWRITES, Encoding, Serialized, decode, encode, extract_with_egglog
 from eqsat.errors import ShapeError
-from eqsat.extract import TIE_BREAK, greedy_dag, greedy_tree, ilp
+from eqsat.extract import TIE_BREAK, alternatives, greedy_dag, greedy_tree, ilp
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
 from eqsat.lowering.control_flow import Cond, Loop
 from eqsat.progress import ProgressBar
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.rules import Rule, resolve
-from eqsat.saturate import Iteration, Limits, SaturationReport, fresh_egraph, saturate
+from eqsat.saturate import (
+    EXTRACTION_SECONDS_PER_NODE,
+    Iteration,
+    Limits,
+    SaturationReport,
+    fresh_egraph,
+    saturate,
+)
 from eqsat.speed import seconds
 from eqsat.text import DYNAMIC
 
@@ -423,6 +430,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
             best = extract_with_egglog(egraph, enc, program)
             extractor, after = job.extractor, model.program_cost(best)
         else:
+            timings["kernels"] = _time_kernels(graph, job)
             # the ILP gets what is left of the time (at least a moment): optimize ends near the limit
             ilp_seconds = min(limits.ilp_timeout_s, max(deadline.left(), 0.05))
             best, extractor, after = _extract(graph, enc, program, job, ilp_seconds)
@@ -432,6 +440,17 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     timings["extract"] = time.perf_counter() - t
     result = _chosen(original, best, after, replace(job, extractor=extractor), sat, timings)
     return replace(result, egraph=graph, outputs=[graph.roots[r] for r in enc.roots])
+
+
+def _time_kernels(graph: Serialized, job: _Job) -> float:
+    """Time the kernels of the e-graph's alternatives the cost model would otherwise estimate, within
+    ``limits.kernel_seconds`` and what the time limit leaves beyond extraction; the seconds it took."""
+    t = time.perf_counter()
+    extraction = EXTRACTION_SECONDS_PER_NODE * graph.num_nodes
+    seconds = min(job.limits.kernel_seconds, job.deadline.left() - extraction)
+    if seconds > 0:
+        job.model.time_kernels(alternatives(graph, job.model.timed_ops), seconds)
+    return time.perf_counter() - t
 
 
 def _chosen(

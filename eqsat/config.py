@@ -6,7 +6,10 @@
 - ``enable_cache`` (``$EQSAT_ENABLE_CACHE``, default on; ``0``/``false``/``no``/``off`` turn it off):
   whether ``optimize`` and ``eqsat.jit`` reuse optimized programs from earlier processes;
 - ``cache_max_bytes`` (``$EQSAT_CACHE_MAX_BYTES``, default 256 MiB): the size the program cache is kept
-  under, the least recently used entries removed first.
+  under, the least recently used entries removed first;
+- ``kernel_seconds`` (``$EQSAT_KERNEL_SECONDS``, default 20): how long one optimization may spend, before
+  extraction, timing kernels this device has not timed yet (``eqsat.cost.kernels``; 0: none, the
+  roofline estimates them); the default of ``Limits.kernel_seconds``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class Config:
     cache_dir: Path
     enable_cache: bool
     cache_max_bytes: int
+    kernel_seconds: float
 
     def update(self, name: str, value: Any) -> None:
         """Set one setting, converted to its type; an unknown name is a ``KeyError`` naming the known."""
@@ -40,16 +44,17 @@ class Config:
         elif isinstance(current, Path):
             value = Path(value).expanduser()
         else:
-            value = int(value)
+            value = type(current)(value)
         setattr(self, name, value)
 
 
 def _from_environment() -> Config:
-    config = Config(Path.home() / ".cache" / "eqsat", True, 256 * 2**20)
+    config = Config(Path.home() / ".cache" / "eqsat", True, 256 * 2**20, 20.0)
     for name, variable in (
         ("cache_dir", "EQSAT_CACHE_DIR"),
         ("enable_cache", "EQSAT_ENABLE_CACHE"),
         ("cache_max_bytes", "EQSAT_CACHE_MAX_BYTES"),
+        ("kernel_seconds", "EQSAT_KERNEL_SECONDS"),
     ):
         if variable in os.environ:
             config.update(name, os.environ[variable])

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from eqsat.cost import CostModel
+from eqsat.cost.kernels import Call
 from eqsat.deadline import Deadline
 from eqsat.egraph import Node, Serialized, attrs_of, input_classes, spec_of
 from eqsat.ops import OPAQUE, folds
@@ -56,6 +57,25 @@ def node_costs(
                 cost = model.op_cost(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid])
                 costs[node.id] = cost + TIE_BREAK
     return costs
+
+
+def alternatives(graph: Serialized, ops: frozenset[str]) -> list[list[Call]]:
+    """Per e-class, the calls of its e-nodes that apply one of ``ops`` (a cost model's ``timed_ops``):
+    the alternatives whose timings could change what extraction chooses."""
+    if not ops:
+        return []
+    first = _first(graph)
+    found = []
+    for cid, nodes in graph.classes.items():
+        calls = []
+        for node in nodes:
+            spec = spec_of(node)
+            if spec is not None and spec.name in ops:
+                ins = tuple(graph.types[c] for c in input_classes(graph, node, first))
+                calls.append(Call(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid]))
+        if calls:
+            found.append(calls)
+    return found
 
 
 def _first(graph: Serialized) -> Choice:

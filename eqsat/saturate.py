@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from eqsat.config import config
 from eqsat.deadline import Deadline
 from eqsat.egraph import ANALYSIS, REWRITES, TENSOR_CTORS, new_egraph
 from eqsat.rules import Rule
@@ -31,7 +32,9 @@ _SIZE = re.compile(r"\((\S+) (\d+)\)")
 @dataclass(frozen=True)
 class Limits:
     """Bounds on saturation (and on the ILP extractor's search). The best program found when a bound
-    is hit is still returned."""
+    is hit is still returned. ``kernel_seconds``: how long to spend timing, before extraction, the
+    kernels of alternatives the cost model would otherwise estimate (within what ``timeout_s``
+    leaves; default ``eqsat.config.kernel_seconds``)."""
 
     max_iterations: int = 30
     max_nodes: int = 20_000
@@ -39,6 +42,7 @@ class Limits:
     match_limit: int = 2_000
     ban_length: int = 5
     ilp_timeout_s: float = 0.3
+    kernel_seconds: float = field(default_factory=lambda: config.kernel_seconds)
 
 
 # Extraction (serializing the e-graph, costing and choosing its nodes, decoding) takes about this long

@@ -66,8 +66,12 @@ class TensorType:
         return math.prod(map(int, self.shape))
 
     @property
+    def itemsize(self) -> int:
+        return _itemsize(self.dtype)
+
+    @property
     def nbytes(self) -> int:
-        return self.size * _itemsize(self.dtype)
+        return self.size * self.itemsize
 
     def __str__(self) -> str:
         return format_tensor_type(self.shape, self.dtype)

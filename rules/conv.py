@@ -378,35 +378,41 @@ def _dims(shape: str, *axes: int) -> list[str]:
     return [f"(vec-get {shape} {a})" for a in axes]
 
 
-def _shifted(layout: str) -> tuple[Variant, ...]:
-    """A depthwise conv (with or without its bias and epilogue) computed as shifted multiply-adds."""
+def _formulation(algorithm: str, layout: str) -> tuple[Variant, ...]:
+    """A conv (with or without its bias and epilogue) computed by XLA's conv kernel, and by
+    ``algorithm``; im2col only where the kernel reads more than one channel per group."""
     axes = CONV_AXES[layout]
     window = {"strides": "st", "padding": "p", "dilations": "dl", "groups": "g", "layout": layout}
-    guards = (
-        wide_float(dtype_of("x")),
-        equal("g", f"(vec-get {shape_of('x')} {axes.channel})"),
-        equal("g", f"(vec-get {shape_of('w')} {axes.kernel_out})"),
-        equal(f"(vec-get {shape_of('w')} {axes.kernel_in})", 1),
-    )
-    direct, shifted = ALGORITHMS
-    conv = {a: Conv2d("x", "w", **window, algorithm=a) for a in ALGORITHMS}
-    fused = {a: Conv2dBiasAct("x", "w", "c", **window, act="act", algorithm=a) for a in ALGORITHMS}
-    return Variant(conv[direct], conv[shifted], guards), Variant(fused[direct], fused[shifted], guards)
+    dense = differ(f"(vec-get {shape_of('w')} {axes.kernel_in})", 1)
+    guards = (wide_float(dtype_of("x")), *([dense] if algorithm == "im2col" else []))
+    direct = ALGORITHMS[0]
+    conv = {a: Conv2d("x", "w", **window, algorithm=a) for a in (direct, algorithm)}
+    fused = {a: Conv2dBiasAct("x", "w", "c", **window, act="act", algorithm=a) for a in (direct, algorithm)}
+    return Variant(conv[direct], conv[algorithm], guards), Variant(fused[direct], fused[algorithm], guards)
 
 
-def _depthwise_example(rng: Any) -> dict[str, Any]:
-    """A depthwise conv of random strides, padding and dilations, in either layout."""
-    c, h, w = (int(d) for d in rng.integers(1, 5, 3))
+def _window_example(rng: Any, dense: bool = False) -> dict[str, Any]:
+    """A conv of random groups (depthwise among them unless ``dense``), strides, padding and
+    dilations, in either layout, at maps down to 1x1 (where some taps read only padding)."""
+    groups, per_group, out_per_group = (int(d) for d in rng.integers(1, 4, 3))
+    per_group = per_group + 1 if dense else 1 if rng.integers(3) == 0 else per_group
+    c, o = groups * per_group, groups * out_per_group
     k = tuple(int(d) for d in rng.integers(1, 4, 2))
+    dl = tuple(int(d) for d in rng.integers(1, 3, 2))
+    p = tuple(int(d) for d in rng.integers(0, 3, 4))
+    h, w = (
+        max(int(d), dl[i] * (k[i] - 1) + 1 - p[2 * i] - p[2 * i + 1], 1)
+        for i, d in enumerate(rng.integers(1, 8, 2))
+    )
     nchw = bool(rng.integers(2))
     return {
-        "x": TensorType((2, c, h + 6, w + 6) if nchw else (2, h + 6, w + 6, c), F32),
-        "w": TensorType((c, 1, *k) if nchw else (*k, 1, c), F32),
-        "c": TensorType((c,), F32),
+        "x": TensorType((2, c, h, w) if nchw else (2, h, w, c), F32),
+        "w": TensorType((o, per_group, *k) if nchw else (*k, per_group, o), F32),
+        "c": TensorType((o,), F32),
         "st": tuple(int(d) for d in rng.integers(1, 3, 2)),
-        "p": tuple(int(d) for d in rng.integers(0, 3, 4)),
-        "dl": tuple(int(d) for d in rng.integers(1, 3, 2)),
-        "g": c,
+        "p": p,
+        "dl": dl,
+        "g": groups,
         "act": str(rng.choice(["none", "relu"])),
     }
 
@@ -452,11 +458,19 @@ RULES = [
         _unit_reshape,
     ),
     Rule(
-        "depthwise-conv-shifted",
-        "a depthwise conv is the sum over its taps of the data shifted to the tap times the tap's weight "
-        "per channel: elementwise work XLA fuses into one loop (its depthwise conv kernel is slow on CPU)",
-        (*_shifted("NCHW"), *_shifted("NHWC")),
-        _depthwise_example,
+        "conv-shifted",
+        "a conv is the sum over its taps that read data of the data shifted to the tap times the tap's "
+        "weights: a product per tap, multiply-adds XLA fuses into one loop for a depthwise conv",
+        (*_formulation("shifted", "NCHW"), *_formulation("shifted", "NHWC")),
+        _window_example,
+        exact=False,  # the same products, summed in another order
+    ),
+    Rule(
+        "conv-im2col",
+        "a conv is one product of its patches (the shifted data of its taps that read data, stacked) "
+        "by the stacked taps' weights",
+        (*_formulation("im2col", "NCHW"), *_formulation("im2col", "NHWC")),
+        lambda rng: _window_example(rng, dense=True),
         exact=False,  # the same products, summed in another order
     ),
     Rule(

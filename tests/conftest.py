@@ -1,6 +1,7 @@
 """Shared fixtures: paths of the bundled PIR programs. The cache of optimized programs is off in the
 tests (and in the notebooks they run), but for the tests of the cache itself: a test optimizes afresh;
-the cache directory is a fresh one, so nothing measured on this machine before changes a result."""
+the cache directory is a fresh one, so nothing measured on this machine before changes a result, and
+no kernel is timed but where a test asks."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ config.update("enable_cache", False)  # were eqsat imported before this file
 # a calibrated device profile or timings of this machine (eqsat calibrate) must not change the tests
 os.environ["EQSAT_CACHE_DIR"] = tempfile.mkdtemp(prefix="eqsat-tests-")
 config.update("cache_dir", os.environ["EQSAT_CACHE_DIR"])
+# no kernel is timed unless a test asks: a choice made by timings would depend on the machine's load
+os.environ["EQSAT_KERNEL_SECONDS"] = "0"
+config.update("kernel_seconds", 0)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pir"
 

@@ -13,9 +13,12 @@ import pytest
 from jax import lax
 
 import eqsat
-from eqsat import Builder
+from eqsat.cost import phases
 from eqsat.egraph import Serialized, encode, new_egraph
+from eqsat.ir import TensorType
 from eqsat.lowering import lower
+from eqsat.ops import OPS
+from eqsat.ops.conv import ALGORITHMS, LAYOUTS, taps
 
 F32 = "float32"
 
@@ -393,8 +396,39 @@ def test_a_depthwise_conv_runs_as_shifted_multiply_adds_where_xla_runs_it_slowly
     np.testing.assert_allclose(grad, jax.grad(lambda x: block(x).sum())(x), rtol=1e-4, atol=1e-4)
 
 
-def test_the_shifted_algorithm_is_for_depthwise_convs_only():
-    b = Builder()
-    x, w = b.input("x", (1, 4, 8, 8)), b.input("w", (4, 4, 3, 3))
-    with pytest.raises(eqsat.ShapeError, match="depthwise convs only"):
-        b.conv2d(x, w, algorithm="shifted")
+def test_a_3x3_conv_at_a_1x1_map_reads_its_centre_tap_alone():
+    """Taps that read only padding are left out of the shifted and im2col forms (and their cost)."""
+    same = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilations": (1, 1), "layout": "NCHW"}
+    assert [t.offset for t in taps((8, 64, 1, 1), (64, 64, 3, 3), **same)] == [(1, 1)]
+    assert len(taps((8, 64, 2, 2), (64, 64, 3, 3), **same)) == 9
+    types = [TensorType((8, 64, 1, 1), F32), TensorType((64, 64, 3, 3), F32)]
+    attrs = {**same, "groups": 1}
+    flops = {
+        a: sum(k.flops for k in phases("conv2d", {**attrs, "algorithm": a}, types, types[0]))
+        for a in ALGORITHMS
+    }
+    assert flops["shifted"] == flops["im2col"] == flops["direct"] / 9
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_conv_algorithm_computes_the_direct_conv(seed):
+    """Groups (depthwise and channel multipliers included), strides, dilations, padding, both layouts,
+    maps down to 1x1: the shifted and im2col lowerings agree with XLA's conv."""
+    rng = np.random.default_rng(seed)
+    groups, per_group, out_per_group = (int(d) for d in rng.integers(1, 4, 3))
+    per_group = 1 if seed % 3 == 0 else per_group
+    layout = LAYOUTS[seed % 2]
+    k = tuple(int(d) for d in rng.integers(1, 4, 2))
+    dilations = tuple(int(d) for d in rng.integers(1, 3, 2))
+    padding = tuple(int(d) for d in rng.integers(0, 3, 4))
+    reach = [dilations[i] * (k[i] - 1) + 1 - padding[2 * i] - padding[2 * i + 1] for i in (0, 1)]
+    hw = [max(int(rng.integers(1, 7)), r) for r in reach]
+    c, o = groups * per_group, groups * out_per_group
+    x = rng.normal(size=(2, c, *hw) if layout == "NCHW" else (2, *hw, c)).astype(np.float32)
+    w = rng.normal(size=(o, per_group, *k) if layout == "NCHW" else (*k, per_group, o)).astype(np.float32)
+    window = {"strides": tuple(int(d) for d in rng.integers(1, 3, 2)), "padding": padding}
+    window |= {"dilations": dilations, "groups": groups, "layout": layout}
+    want = OPS["conv2d"].lower(x, w, **window, algorithm="direct")
+    for algorithm in ALGORITHMS[1:]:
+        got = OPS["conv2d"].lower(x, w, **window, algorithm=algorithm)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=algorithm)

@@ -16,6 +16,8 @@ from eqsat.devices import Device, calibrated_device, get_device
 from eqsat.ir import Program, TensorType
 from eqsat.ops import OPAQUE, OPS, Kernel, folds
 
+from .kernels import Call, KernelTimes, alternatives_first
+
 
 class CostModel:
     """Base class: ``op_cost(op, attrs, inputs, output)`` for a canonical op name or ``"opaque"``."""
@@ -36,6 +38,15 @@ class CostModel:
         """Text that changes whenever the model's costs may: optimized programs are cached under it.
         None (the default for a model written elsewhere) keeps its results out of the cache."""
         return None
+
+    timed_ops: frozenset[str] = frozenset()
+    """The ops whose alternatives the model would have timed before extraction (``time_kernels``)."""
+
+    def time_kernels(self, alternatives: Sequence[Sequence[Call]], seconds: float) -> int:
+        """Before extraction: time, within ``seconds``, the calls of ``timed_ops`` among the e-graph's
+        ``alternatives`` (one sequence per value) that the model would otherwise estimate; how many
+        it timed. The base model times none."""
+        return 0
 
     def program_cost(self, program: Program) -> float:
         """The DAG cost of a program: every live op once; ops XLA folds at compile time (weights
@@ -113,6 +124,12 @@ class Flops(CostModel):
 _BACKEND_DEVICE = {"cpu": "cpu", "gpu": "h100", "cuda": "h100", "tpu": "tpu-v5e"}
 
 
+def this_device() -> Device:
+    """The calibrated profile of JAX's default backend, else its built-in one (cpu, gpu -> h100, tpu
+    -> tpu-v5e)."""
+    return calibrated_device() or get_device(_BACKEND_DEVICE.get(jax.default_backend(), "cpu"))
+
+
 class Roofline(CostModel):
     """Seconds on a device: each kernel takes ``max(flops / peak, bytes / bandwidth) + launch``
     (cache bandwidth for kernels whose traffic fits in the last-level cache).
@@ -123,14 +140,19 @@ class Roofline(CostModel):
 
     error = 0.25  # bench.cost_accuracy, 2-core CPU: 0.25
 
-    def __init__(self, device: str | Device | None = None) -> None:
+    def __init__(self, device: str | Device | None = None, timings: KernelTimes | None = None) -> None:
         """``device``: a profile name from ``eqsat.devices`` (``calibrated``: this backend's, measured
-        by ``eqsat.calibrate``), a ``Device``, or None: the calibrated profile where there is one, else
-        the built-in profile of JAX's default backend (cpu, gpu -> h100, tpu -> tpu-v5e)."""
+        by ``eqsat.calibrate``), a ``Device``, or None: this device, its calibrated profile where there
+        is one, else the built-in profile of JAX's default backend (cpu, gpu -> h100, tpu -> tpu-v5e),
+        and its kernel ``timings`` (``eqsat.cost.kernels``; default: the table on disk) for the ops
+        whose kernels no roofline predicts (``OpDef.timed``: convs). A named profile is the roofline
+        alone, unless ``timings`` are given."""
         if device is None:
-            device = calibrated_device() or _BACKEND_DEVICE.get(jax.default_backend(), "cpu")
+            device, timings = this_device(), timings or KernelTimes()
         self.device = get_device(device) if isinstance(device, str) else device
         self.name = f"roofline:{self.device.name}"
+        self.timings = timings
+        self.timed_ops = frozenset(n for n, d in OPS.items() if d.timed) if timings else frozenset()
         self._known: dict[Any, float] = {}  # op costs by (op, attrs, types): layers repeat them
 
     def op_cost(
@@ -143,13 +165,28 @@ class Roofline(CostModel):
             key = None
         except KeyError:
             pass
-        cost = sum(self.kernel_seconds(k) for k in phases(op, attrs, inputs, output))
-        if key is not None:
-            self._known[key] = cost
+        timed = None
+        if self.timings is not None and op in self.timed_ops:
+            timed = self.timings.get(Call(op, attrs, tuple(inputs), output))
+        cost = timed if timed is not None else self.estimate(op, attrs, inputs, output)
+        if key is not None and (timed is not None or op not in self.timed_ops):
+            self._known[key] = cost  # an estimate of a timed op is not kept: it may be timed next
         return cost
 
+    def estimate(
+        self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
+    ) -> float:
+        """The roofline's seconds, timings aside."""
+        return sum(self.kernel_seconds(k) for k in phases(op, attrs, inputs, output))
+
+    def time_kernels(self, alternatives: Sequence[Sequence[Call]], seconds: float) -> int:
+        if self.timings is None:
+            return 0
+        ordered = alternatives_first(alternatives, lambda c: self.estimate(*c))
+        return self.timings.time(ordered, seconds)
+
     def fingerprint(self) -> str | None:
-        return repr(self.device)
+        return repr(self.device) + (f" timings {self.timings.fingerprint()}" if self.timings else "")
 
     def kernel_seconds(self, kernel: Kernel) -> float:
         d = self.device

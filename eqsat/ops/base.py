@@ -108,7 +108,7 @@ class OpDef:
     same_dtype: tuple[int, ...] = ()
     axis_attr: str | None = None
     contraction: str = ""  # "dot" or "conv": its kernel's peak depends on the operands' dtype
-    kernel_kind: Callable[[Sequence[TensorType], dict], str] | None = field(default=None, compare=False)
+    timed: bool = False  # XLA runs it at rates no roofline predicts: the default cost model times it
     fusion: Fusion | None = None
     expensive: bool = False  # XLA does not compute it again in each fusion that reads it
     check: DtypeCheck | None = None
@@ -143,9 +143,7 @@ class OpDef:
             return self.phases(ins, out, attrs)
         if not self.contraction:
             return [Kernel(self.flops(ins, out, attrs), self.bytes(ins, out, attrs))]
-        if self.kernel_kind is not None:  # where the kind depends on more than the dtype
-            kind = self.kernel_kind(ins, attrs)
-        elif self.contraction == "dot":
+        if self.contraction == "dot":
             kind = product_kind(ins[0].dtype, out.dtype)
         else:
             kind = contraction_kind(self.contraction, ins[0].dtype, str(attrs.get("layout", "")))

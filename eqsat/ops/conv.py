@@ -3,6 +3,8 @@ HWIO): shape rules, costs and lowerings."""
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
@@ -17,7 +19,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule, vec
 from eqsat.types import TensorType
 
-from .base import ACT, AXIS, Attr, OpDef, contraction_kind, floats
+from .base import ACT, AXIS, Attr, Kernel, OpDef, contraction_kind, floats, product_kind
 from .elementwise import ACTIVATIONS
 
 Array = jax.Array
@@ -149,41 +151,137 @@ def depthwise(types: Sequence[TensorType], attrs: dict) -> bool:
     return attrs["groups"] == x[axes.channel] == w[axes.kernel_out] and w[axes.kernel_in] == 1
 
 
-def _shifted(
-    x: Array,
-    w: Array,
-    strides: tuple[int, ...],
-    padding: tuple[int, ...],
-    dilations: tuple[int, ...],
+def touching(size: int, k: int, lo: int, stride: int, dilation: int, out: int) -> list[int]:
+    """The offsets of a window of ``k`` along one dim (padded by ``lo`` before) that read data, not
+    only padding, for some of the ``out`` outputs: at a 1x1 map, a 3x3 SAME kernel's centre alone."""
+    return [i for i in range(k) if any(0 <= o * stride + i * dilation - lo < size for o in range(out))]
+
+
+class Tap(NamedTuple):
+    """One kernel offset that reads data: its (row, column) in the kernel and the strided slice of the
+    padded data it reads for every output."""
+
+    offset: tuple[int, int]
+    start: tuple[int, ...]
+    limit: tuple[int, ...]
+    step: tuple[int, ...]
+
+
+def taps(
+    x: Sequence[int],
+    w: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[int],
+    dilations: Sequence[int],
     layout: str,
-) -> Array:
-    """A depthwise conv as a sum over the kernel's taps of the data shifted to each tap (a strided
-    slice of the padded data) times that tap's weight per channel: elementwise work XLA fuses into one
-    loop (XLA:CPU runs lax.conv's depthwise kernel 50-100x slower)."""
+) -> list[Tap]:
+    """The taps of a conv of data shape ``x`` by kernel shape ``w`` that read data (``touching``),
+    their slices in the data padded by ``padding`` (the other dims whole)."""
     axes = CONV_AXES[layout]
+    reach: list[list[tuple[int, int, int]]] = []  # per spatial dim: (offset, start, limit) in padded data
+    for d, (axis, kaxis) in enumerate(zip(axes.spatial, axes.kernel_spatial, strict=True)):
+        lo, hi, k = padding[2 * d], padding[2 * d + 1], w[kaxis]
+        out = window_out(x[axis], k, lo, hi, strides[d], dilations[d])
+        offsets = touching(x[axis], k, lo, strides[d], dilations[d], out)
+        reach.append([(i, i * dilations[d], i * dilations[d] + (out - 1) * strides[d] + 1) for i in offsets])
+    result = []
+    for (i, si, li), (j, sj, lj) in ((a, b) for a in reach[0] for b in reach[1]):
+        start, limit, step = [0] * 4, list(x), [1] * 4
+        for axis, s, lim, d in zip(axes.spatial, (si, sj), (li, lj), (0, 1), strict=True):
+            start[axis], limit[axis], step[axis] = s, lim, strides[d]
+        result.append(Tap((i, j), tuple(start), tuple(limit), tuple(step)))
+    return result
+
+
+class Window(NamedTuple):
+    """How a conv's kernel slides over its data."""
+
+    strides: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilations: tuple[int, ...]
+    groups: int
+    layout: str
+
+
+def _padded(x: Array, padding: tuple[int, ...], layout: str) -> Array:
     pads = [(0, 0)] * 4
-    for i, axis in enumerate(axes.spatial):
+    for i, axis in enumerate(CONV_AXES[layout].spatial):
         pads[axis] = (padding[2 * i], padding[2 * i + 1])
-    padded = jnp.pad(x, pads)
-    kh, kw = (w.shape[k] for k in axes.kernel_spatial)
-    out_hw = [
-        window_out(x.shape[axis], w.shape[k], *pads[axis], strides[i], dilations[i])
-        for i, (axis, k) in enumerate(zip(axes.spatial, axes.kernel_spatial, strict=True))
-    ]
-    channels = w.reshape(-1, w.shape[axes.kernel_out]) if layout == "NHWC" else w.reshape(w.shape[0], -1).T
-    total = None
-    for tap in range(kh * kw):
-        i, j = divmod(tap, kw)
-        start, limit, step = [0] * 4, list(padded.shape), [1] * 4
-        for d, (axis, offset) in enumerate(zip(axes.spatial, (i, j), strict=True)):
-            start[axis] = offset * dilations[d]
-            limit[axis] = start[axis] + (out_hw[d] - 1) * strides[d] + 1
-            step[axis] = strides[d]
-        weight = channels[tap].reshape((1, -1, 1, 1) if layout == "NCHW" else (1, 1, 1, -1))
-        term = lax.slice(padded, start, limit, step) * weight
-        total = term if total is None else total + term
-    assert total is not None
-    return total
+    return jnp.pad(x, pads)
+
+
+def _tap_weights(w: Array, offset: tuple[int, int], groups: int, layout: str) -> Array:
+    """One tap's weights as (groups, input channels per group, output channels per group)."""
+    i, j = offset
+    tap = w[i, j] if layout == "NHWC" else w[:, :, i, j].T  # (I, O)
+    return tap.reshape(tap.shape[0], groups, -1).transpose(1, 0, 2)
+
+
+def _grouped(x: Array, groups: int, layout: str) -> Array:
+    """Data with its channels split into (groups, channels per group), the groups first."""
+    if layout == "NHWC":
+        return x.reshape(*x.shape[:3], groups, -1)
+    return x.reshape(x.shape[0], groups, -1, *x.shape[2:])
+
+
+def _ungrouped(y: Array, layout: str) -> Array:
+    return y.reshape(*y.shape[:3], -1) if layout == "NHWC" else y.reshape(y.shape[0], -1, *y.shape[3:])
+
+
+def _pointwise_product(s: Array, tap: Array, layout: str) -> Array:
+    """A grouped 1x1 conv of grouped data ``s`` by one tap's (groups, I, O) weights: a product over the
+    I channels, or where I is 1 (a depthwise conv) a multiply that XLA fuses into one elementwise loop."""
+    if tap.shape[1] == 1:
+        weights = tap[:, 0, :]  # (groups, O per group)
+        if layout == "NHWC":
+            return s * weights
+        return s * weights[:, :, None, None]
+    return jnp.einsum("nhwgi,gio->nhwgo" if layout == "NHWC" else "ngihw,gio->ngohw", s, tap)
+
+
+def _shifted(x: Array, w: Array, window: Window) -> Array:
+    """A conv as the sum, over the taps that read data, of the data shifted to each tap (a strided
+    slice of the padded data) times that tap's weights: a product per tap, or for a depthwise conv
+    multiply-adds XLA fuses into one loop (XLA:CPU runs lax.conv's depthwise kernel 50-100x slower, and
+    its dense kernel 10-100x slower at 1x1 and 2x2 maps)."""
+    strides, padding, dilations, groups, layout = window
+    padded = _padded(x, padding, layout)
+    found = taps(x.shape, w.shape, strides, padding, dilations, layout)
+    if not found:
+        return _padding_only(x, w, window)
+    terms = []
+    for tap in found:
+        s = _grouped(lax.slice(padded, tap.start, tap.limit, tap.step), groups, layout)
+        terms.append(_pointwise_product(s, _tap_weights(w, tap.offset, groups, layout), layout))
+    return _ungrouped(functools.reduce(operator.add, terms), layout)
+
+
+def _padding_only(x: Array, w: Array, window: Window) -> Array:
+    """The zeros of a conv whose taps read only padding."""
+    return jnp.zeros(Conv2d().infer([x.shape, w.shape], window._asdict()), x.dtype)
+
+
+def _im2col(x: Array, w: Array, window: Window) -> Array:
+    """A conv as one product: the slices of the taps that read data stacked (the patches) times the
+    stacked taps' weights, contracted over taps and channels together."""
+    strides, padding, dilations, groups, layout = window
+    padded = _padded(x, padding, layout)
+    found = taps(x.shape, w.shape, strides, padding, dilations, layout)
+    if not found:
+        return _padding_only(x, w, window)
+    axis = 3 if layout == "NHWC" else 1
+    slices = [lax.slice(padded, t.start, t.limit, t.step) for t in found]
+    patches = _grouped_patches(jnp.stack(slices, axis), groups, layout)
+    weights = jnp.stack([_tap_weights(w, t.offset, groups, layout) for t in found])  # (T, g, I, O)
+    spec = "nhwtgi,tgio->nhwgo" if layout == "NHWC" else "ntgihw,tgio->ngohw"
+    return _ungrouped(jnp.einsum(spec, patches, weights), layout)
+
+
+def _grouped_patches(p: Array, groups: int, layout: str) -> Array:
+    """Stacked slices (N, H, W, T, C) or (N, T, C, H, W) with C split into (groups, I)."""
+    if layout == "NHWC":
+        return p.reshape(*p.shape[:4], groups, -1)
+    return p.reshape(*p.shape[:2], groups, -1, *p.shape[3:])
 
 
 def _conv2d(
@@ -197,8 +295,8 @@ def _conv2d(
     layout: str,
     algorithm: str = "direct",
 ) -> Array:
-    if algorithm == "shifted":
-        return _shifted(x, w, strides, padding, dilations, layout)
+    if algorithm != "direct":
+        return _FORMULATIONS[algorithm](x, w, Window(strides, padding, dilations, groups, layout))
     return lax.conv_general_dilated(
         x,
         w,
@@ -275,8 +373,9 @@ _WINDOW = (
 )
 _LAYOUT = Attr("layout", "str", "NCHW", LAYOUTS)
 # How a conv is computed (each lowered its own way, equated by a checked rule; the cost model picks):
-# XLA's conv kernel, or (depthwise only) the shifted multiply-adds of ``_shifted``
-ALGORITHMS = ("direct", "shifted")
+# XLA's conv kernel, the per-tap products of ``_shifted``, or the one product of ``_im2col``
+ALGORITHMS = ("direct", "shifted", "im2col")
+_FORMULATIONS = {"shifted": _shifted, "im2col": _im2col}
 _CONV_ATTRS = (
     *_WINDOW,
     Attr("dilations", "ints", (1, 1)),
@@ -286,20 +385,34 @@ _CONV_ATTRS = (
 )
 
 
-def _conv_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
-    if attrs["algorithm"] == "shifted" and not depthwise(types, attrs):
-        return "the shifted algorithm computes depthwise convs only (one kernel per channel)"
-    return floats(types, attrs)
-
-
-def _conv_kind(types: Sequence[TensorType], attrs: dict) -> str:
-    """The kernel a conv runs as: XLA's conv (``conv:<layout>:<dtype>``, ``conv:depthwise:...`` for a
-    depthwise one, whose rate a device profile may give apart), or for the shifted algorithm a loop
-    of multiply-adds (no kind: the device's elementwise rate)."""
-    if attrs["algorithm"] == "shifted":
-        return ""
-    op = "conv:depthwise" if depthwise(types, attrs) else "conv"
-    return contraction_kind(op, types[0].dtype, attrs["layout"])
+def _conv_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
+    """The kernels a conv runs as, by algorithm: XLA's conv over every tap, padding included (direct;
+    ``conv:<layout>:<dtype>``, ``conv:depthwise:...`` for a depthwise one, whose rate a device profile
+    may give apart); a product per tap that reads data and a loop summing them, or for a depthwise conv
+    one elementwise loop (shifted); the patches written, then one product (im2col). A bias and
+    activation ride in the last kernel."""
+    x, w = ins[:2]
+    axes = CONV_AXES[attrs["layout"]]
+    written = float(out.nbytes)
+    if attrs["algorithm"] == "direct":
+        op = "conv:depthwise" if depthwise(ins, attrs) else "conv"
+        kind = contraction_kind(op, x.dtype, attrs["layout"])
+        nbytes = float(sum(t.nbytes for t in ins) + out.nbytes)
+        return [Kernel(_conv_flops(ins, out, attrs), nbytes, kind=kind, written=written)]
+    found = len(
+        taps(x.shape, w.shape, attrs["strides"], attrs["padding"], attrs["dilations"], attrs["layout"])
+    )
+    per_tap = 2.0 * out.size * w.shape[axes.kernel_in]
+    sliced = float(out.size // out.shape[axes.channel] * x.shape[axes.channel] * x.itemsize)
+    kind = product_kind(x.dtype, out.dtype)
+    if attrs["algorithm"] == "im2col":
+        patches = found * sliced
+        product = Kernel(per_tap * found, patches + w.nbytes + written, kind=kind, written=written)
+        return [Kernel(0.0, x.nbytes + patches), product]
+    if w.shape[axes.kernel_in] == 1:  # a depthwise conv: multiply-adds in one loop
+        return [Kernel(per_tap * found, float(x.nbytes + w.nbytes) + written)]
+    products = [Kernel(per_tap, sliced + w.nbytes / found + written, kind=kind, written=written)] * found
+    return products + [Kernel(float(out.size * (found - 1)), written * (found + 1))] * (found > 1)
 
 
 CONV = [
@@ -308,15 +421,17 @@ CONV = [
         2,
         "2-D convolution (cross-correlation) of x by kernel w: NCHW data with an OIHW kernel, or NHWC "
         "with HWIO; strides, padding (top, bottom, left, right), dilations of the kernel, groups "
-        "(groups = channels: depthwise); algorithm: XLA's conv (direct), or for a depthwise conv a sum "
-        "of the data shifted to each tap times its weights (shifted)",
+        "(groups = channels: depthwise); algorithm: XLA's conv (direct), the sum over the taps that read "
+        "data of the data shifted to the tap times its weights (shifted), or those shifted slices "
+        "stacked and one product (im2col)",
         _CONV_ATTRS,
         Conv2d(),
         flops=_conv_flops,
         same_dtype=(0, 1),
         contraction="conv",
-        kernel_kind=_conv_kind,
-        check=_conv_operands,
+        timed=True,
+        phases=_conv_phases,
+        check=floats,
         lower=_conv2d,
     ),
     OpDef(
@@ -329,8 +444,9 @@ CONV = [
         flops=_conv_flops,
         same_dtype=(0, 1, 2),
         contraction="conv",
-        kernel_kind=_conv_kind,
-        check=_conv_operands,
+        timed=True,
+        phases=_conv_phases,
+        check=floats,
         lower=_conv2d_bias_act,
     ),
     OpDef(

@@ -1,0 +1,106 @@
+"""Kernel timings (eqsat.cost.kernels): kept per device on disk, read by the default cost model for
+the ops no roofline predicts (convs), and taken before extraction for the alternatives that could
+change its choice, within a budget. Timings here are planted or only counted: no test depends on how
+fast this machine runs a kernel."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import eqsat
+from eqsat import Builder, Limits, Roofline
+from eqsat.cost import kernels
+from eqsat.cost.kernels import Call, KernelTimes, alternatives_first
+from eqsat.ir import TensorType
+from eqsat.ops.conv import ALGORITHMS
+
+F32 = "float32"
+RULES = ["conv-shifted", "conv-im2col"]
+_WINDOW = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilations": (1, 1), "groups": 1, "layout": "NCHW"}
+
+
+def _conv():
+    b = Builder()
+    x, w = b.input("x", (2, 8, 2, 2)), b.input("w", (8, 8, 3, 3))
+    return b.build(b.relu(b.conv2d(x, w, padding=(1, 1, 1, 1))))
+
+
+def _calls() -> dict[str, Call]:
+    x, w = TensorType((2, 8, 2, 2), F32), TensorType((8, 8, 3, 3), F32)
+    return {a: Call("conv2d", {**_WINDOW, "algorithm": a}, (x, w), x) for a in ALGORITHMS}
+
+
+def _algorithms(program) -> list[str]:
+    return [op.attrs["algorithm"] for op in program.ops if op.name == "conv2d"]
+
+
+@pytest.mark.parametrize("fastest", ALGORITHMS)
+def test_the_default_model_picks_the_algorithm_its_timings_favour(tmp_path, fastest):
+    """The roofline alone keeps XLA's conv here; planted timings decide instead."""
+    table = KernelTimes(tmp_path / "kernels.json")
+    for algorithm, call in _calls().items():
+        table.table[call.key] = 1e-5 if algorithm == fastest else 1e-2
+    model = Roofline("cpu", timings=table)
+    result = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=0), verify=True)
+    assert _algorithms(result.program) == [fastest]
+    assert _algorithms(eqsat.optimize(_conv(), RULES, cost="roofline:cpu").program) == ["direct"]
+
+
+def test_optimize_times_each_alternative_once_then_reads_the_table(tmp_path):
+    path = tmp_path / "kernels.json"
+    model = Roofline("cpu", timings=KernelTimes(path, repeats=1))
+    eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=60))
+    timed = json.loads(path.read_text())
+    assert set(timed) == {c.key for c in _calls().values()} and all(s > 0 for s in timed.values())
+    again = Roofline("cpu", timings=KernelTimes(path))
+    assert again.time_kernels([list(_calls().values())], 60) == 0
+    assert again.op_cost(*_calls()["shifted"]) == timed[_calls()["shifted"].key]
+
+
+def test_no_kernel_is_timed_without_a_budget_or_a_choice(tmp_path):
+    path = tmp_path / "kernels.json"
+    model = Roofline("cpu", timings=KernelTimes(path))
+    eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=0))
+    eqsat.optimize(_conv(), [], cost=model, limits=Limits(kernel_seconds=60))  # one alternative each
+    assert not path.exists()
+
+
+def test_timing_stops_starting_kernels_once_its_budget_has_passed(tmp_path, monkeypatch):
+    now = iter(range(1000))
+    monkeypatch.setattr(kernels, "clock", lambda: float(next(now)))
+    table = KernelTimes(tmp_path / "kernels.json", repeats=1)
+    # the clock reads 0 at the start, then 1, 2, ... before each call: a budget of 2.5 starts two
+    assert table.time(list(_calls().values()), 2.5) == 2
+
+
+def test_alternatives_are_timed_where_they_can_change_the_choice_costliest_first():
+    calls = _calls()
+    lone = Call(
+        "conv2d", {**_WINDOW, "algorithm": "direct"}, calls["direct"].inputs[:1] * 2, calls["direct"].output
+    )
+    cost = {"direct": 3.0, "shifted": 1.0, "im2col": 2.0}
+    groups = [
+        [lone],
+        [calls["shifted"]],
+        [calls["shifted"], calls["im2col"]],
+        [calls["direct"], calls["im2col"]],
+    ]
+    ordered = alternatives_first(groups, lambda c: cost[c.attrs["algorithm"]])
+    assert ordered == [calls["direct"], calls["im2col"], calls["shifted"]]
+
+
+def test_a_new_timing_changes_the_models_fingerprint(tmp_path):
+    """Optimized programs are cached under the fingerprint: a timing that may change a choice misses."""
+    table = KernelTimes(tmp_path / "kernels.json")
+    model = Roofline("cpu", timings=table)
+    before = model.fingerprint()
+    table.table[_calls()["direct"].key] = 1e-3
+    assert model.fingerprint() != before
+    assert Roofline("cpu").fingerprint() == Roofline("cpu").fingerprint()
+
+
+def test_the_default_model_times_this_devices_kernels_a_named_profile_does_not():
+    assert Roofline().timed_ops == {"conv2d", "conv2d_bias_act"}
+    assert not Roofline("cpu").timed_ops and not Roofline("h100").timed_ops
