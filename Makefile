@@ -45,6 +45,8 @@ bench: $(STAMP)
 	$(PY) -m bench.optimizer_scaling
 	$(PY) -m bench.first_call
 	$(PY) -m bench.paddle_inference
+	$(PY) -m bench.cnn
+	$(PY) -m bench.conv
 	$(PY) -m bench.mirage
 	$(PY) -m bench.cost_accuracy
 	$(PY) -m bench.suite

@@ -3,6 +3,7 @@ accounting, JSON output."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -31,6 +32,42 @@ def interleaved(
     autoranges): single calls of tens of microseconds measure the timer and the scheduler more than
     the call."""
     return dict(zip(fns, per_call(list(fns.values()), repeats, statistic, sample_s), strict=True))
+
+
+MAX_ROUNDS = 10
+
+
+def settled(optimize: Callable[[], Any]) -> tuple[Any, Any, list[int]]:
+    """Optimize (``optimize()`` returns an ``OptimizeResult``) until an optimization times no new
+    kernel, as later processes would: the first result, the last, and how many kernels each timed."""
+    first = last = optimize()
+    timed = [first.report.kernels_timed]
+    while timed[-1] and len(timed) < MAX_ROUNDS:
+        last = optimize()
+        timed.append(last.report.kernels_timed)
+    return first, last, timed
+
+
+def run_cases(
+    name: str,
+    doc: str | None,
+    cases: Sequence[str],
+    measure: Callable[[str, int], dict[str, Any]],
+    line: Callable[[dict[str, Any]], str],
+    argv: list[str] | None = None,
+) -> int:
+    """A benchmark's command line: ``--repeats``, ``--only`` some of ``cases``; each measured, its
+    ``line`` printed, the rows written to ``bench/<name>.json``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--only", nargs="*", choices=list(cases), help="these cases only")
+    args = parser.parse_args(argv)
+    rows = []
+    for case in args.only or cases:
+        rows.append(measure(case, args.repeats))
+        print(line(rows[-1]), flush=True)
+    print(f"wrote {write(name, {'repeats': args.repeats, 'rows': rows})}")
+    return 0
 
 
 def matmul_gflops(n: int = 2048, dtype: str = "float32", repeats: int = 5) -> float:

@@ -1,14 +1,13 @@
 """Convolutional programs as in TENSAT's evaluation, written with flax (inference: BatchNorm on running
-statistics): a ResNeXt-50 block, a SqueezeNet fire module, an Inception-v3 module, a NasRNN cell, and
-Paddle's conv_bn_relu program. eqsat.jit against jax.jit (interleaved, one process), e-graph size,
-optimizer time.
+statistics): a ResNeXt-50 block, a SqueezeNet fire module, an Inception-v3 module, a NasRNN cell, NasRNN
+over five steps as Constable runs it (weights as arguments), and Paddle's conv_bn_relu program.
+eqsat.jit against jax.jit (interleaved, one process), e-graph size, optimizer time.
 
     python -m bench.conv            # -> bench/conv.json
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqsat
-from bench.common import interleaved, max_abs_diff, write
+from bench.common import interleaved, max_abs_diff, run_cases
 from eqsat.lowering import lower
 
 
@@ -85,6 +84,36 @@ class NasRNN(nn.Module):
         return jnp.tanh(c[0] * c[1]) * jnp.tanh(c[2] + c[3])
 
 
+def _nas_node(x: jax.Array, h: jax.Array, w1: list[jax.Array], w2: list[jax.Array]) -> jax.Array:
+    """One NasRNN step as TASO writes it: eight gates, each a projection of the input plus one of the
+    state, combined into the next state."""
+    t = [x @ a + h @ b for a, b in zip(w1, w2, strict=True)]
+    sig, relu = jax.nn.sigmoid, jax.nn.relu
+    m = [
+        relu(t[0]) + sig(t[3]),
+        sig(t[1]) + jnp.tanh(t[2]),
+        sig(t[4]) * jnp.tanh(t[5]),
+        sig(t[6]) * relu(t[7]),
+    ]
+    m += [sig(m[1]) + jnp.tanh(m[2]), jnp.tanh(m[0]) * jnp.tanh(m[3])]
+    return jnp.tanh(jnp.tanh(m[4]) * jnp.tanh(m[5]))
+
+
+def _nasrnn(steps: int = 5, hidden: int = 512) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """NasRNN as Constable and TASO run it: ``steps`` inputs of one row, each step's 16 projections by
+    weights shared over the steps, the inputs, state and weights all arguments."""
+
+    def run(xs: list[jax.Array], h: jax.Array, w1: list[jax.Array], w2: list[jax.Array]) -> jax.Array:
+        for x in xs:
+            h = _nas_node(x, h, w1, w2)
+        return h
+
+    keys = iter(jax.random.split(jax.random.key(1), 2 * 8 + steps + 1))
+    xs = [jax.random.normal(next(keys), (1, hidden)) for _ in range(steps)]
+    weights = [jax.random.normal(next(keys), (hidden, hidden)) / hidden**0.5 for _ in range(16)]
+    return run, (xs, jax.random.normal(next(keys), (1, hidden)), weights[:8], weights[8:])
+
+
 def _flax(module: nn.Module, *shapes: tuple[int, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """The module's inference function (random running statistics) and random inputs."""
     keys = iter(jax.random.split(jax.random.key(0), 64))
@@ -116,6 +145,7 @@ CASES: dict[str, Callable[[], tuple[Callable[..., Any] | eqsat.Program, tuple[An
     "squeezenet_fire": lambda: _flax(Fire(), (1, 55, 55, 96)),
     "inception_v3_a": lambda: _flax(InceptionA(), (1, 35, 35, 192)),
     "nasrnn_cell": lambda: _flax(NasRNN(), (16, 512), (16, 512)),
+    "nasrnn_5_steps": _nasrnn,
     "paddle_conv_bn_relu": _paddle_conv_bn_relu,
 }
 
@@ -150,27 +180,12 @@ def measure(name: str, repeats: int) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def _line(row: dict[str, Any]) -> str:
+    timing = f"{row['speedup']:5.2f}x  eqsat {row['eqsat_s'] * 1e3:8.3f} ms  jax {row['jax_s'] * 1e3:8.3f} ms"
+    return (
+        f"{row['model']:22s} {timing}  e-nodes {row['egraph_nodes']:5d}  optimize {row['optimize_s']:.2f} s"
     )
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--only", nargs="*", choices=list(CASES), help="these models only")
-    args = parser.parse_args(argv)
-    rows = []
-    for name in args.only or CASES:
-        row = measure(name, args.repeats)
-        timing = (
-            f"{row['speedup']:5.2f}x  eqsat {row['eqsat_s'] * 1e3:8.3f} ms  jax {row['jax_s'] * 1e3:8.3f} ms"
-        )
-        print(
-            f"{name:22s} {timing}  e-nodes {row['egraph_nodes']:5d}  optimize {row['optimize_s']:.2f} s",
-            flush=True,
-        )
-        rows.append(row)
-    print(f"wrote {write('conv', {'repeats': args.repeats, 'rows': rows})}")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cases("conv", __doc__, list(CASES), measure, _line))

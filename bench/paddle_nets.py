@@ -35,13 +35,21 @@ NETWORKS: dict[str, tuple[Callable[[], object], Shapes]] = {
 }
 
 
+# the vision networks as deployed: ImageNet's 224x224 images, 1000 classes, full width (benchmarked only)
+DEPLOYED: dict[str, tuple[Callable[[], object], Shapes]] = {
+    "resnet18_224": (lambda: models.resnet18(), ((3, 224, 224),)),
+    "mobilenet_v2_224": (lambda: models.mobilenet_v2(), ((3, 224, 224),)),
+}
+_ALL = {**NETWORKS, **DEPLOYED}
+
+
 def input_names(shapes: Shapes) -> list[str]:
     return ["x"] if len(shapes) == 1 else [f"x{i}" for i in range(len(shapes))]
 
 
 def save(name: str, root: Path) -> Path:
     """Build network ``name`` (seed 0), save it with ``paddle.jit.save`` and a batch of None; its .json."""
-    make, shapes = NETWORKS[name]
+    make, shapes = _ALL[name]
     paddle.seed(0)
     rng = np.random.default_rng(0)
     with warnings.catch_warnings():
@@ -60,7 +68,7 @@ def save(name: str, root: Path) -> Path:
 
 def inputs(name: str, batch: int, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [rng.normal(size=(batch, *shape)).astype(np.float32) for shape in NETWORKS[name][1]]
+    return [rng.normal(size=(batch, *shape)).astype(np.float32) for shape in _ALL[name][1]]
 
 
 def predictor(

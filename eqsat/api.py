@@ -19,7 +19,7 @@ from eqsat.cost import CostModel, get_cost_model
 from eqsat.deadline import Deadline, TimeLimit
 from eqsat.egraph import REWRITES, Encoding, Serialized, decode, encode, extract_with_egglog
 from eqsat.errors import ShapeError
-from eqsat.extract import TIE_BREAK, alternatives, greedy_dag, greedy_tree, ilp
+from eqsat.extract import TIE_BREAK, Choice, alternatives, greedy_dag, greedy_tree, ilp, taken_together
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
 from eqsat.lowering.control_flow import Cond, Loop
@@ -56,6 +56,7 @@ class Report:
     note: str = ""
     extractor: str = ""
     cache: str = ""  # "hit", "stored", "off", or why the result is not cached
+    kernels_timed: int = 0  # kernels timed on this device before extraction (eqsat.cost.kernels)
 
     def to_json(self) -> dict[str, Any]:
         """What a cache entry keeps of this report (the timings are the process's own)."""
@@ -281,9 +282,21 @@ def _optimized(program: Program, job: _Job) -> OptimizeResult:
 
     program = _with_bodies_optimized(program, body)
     repeats = find_repeats(program)
-    if repeats is not None:
+    if repeats is not None and not _proposals_across_segments(program, repeats, job):
         return _optimize_repeats(repeats, job)
     return _optimize_whole(program, job)
+
+
+def _proposals_across_segments(program: Program, repeats: Repeats, job: _Job) -> bool:
+    """Whether a program rule (``Rule.proposal``) proposes one alternative for values of several
+    segments (a recurrent cell's input projections, one in each copy of its step): optimizing one
+    copy of the block would not see it."""
+    segment = {id(out): i for i, s in enumerate(repeats.segments) for op in s.ops for out in op.outputs}
+    spans: dict[int, set[int]] = {}
+    for rule in job.rules:
+        for alternative in rule.proposal.propose(program) if rule.proposal else ():
+            spans.setdefault(id(alternative.shared), set()).add(segment.get(id(alternative.value), -1))
+    return any(len(s) > 1 for s in spans.values())
 
 
 def _faster_as_measured(result: OptimizeResult, model: CostModel) -> OptimizeResult:
@@ -396,7 +409,8 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     model, limits, deadline = job.model, job.limits, job.deadline
     t = time.perf_counter()
     original, program = program, drop_unit_dims(program)
-    enc = encode(program)
+    proposed = [a for r in job.rules if r.proposal for a in r.proposal.propose(program)]
+    enc = encode(program, alternatives=proposed)
     timings["encode"] = time.perf_counter() - t
 
     loads: list[float] = []  # seconds loading the program into egglog (again when replaying)
@@ -421,6 +435,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     timings["encode"] += loads[0]
     timings["saturate"] = sat.seconds - loads[0]
     t = time.perf_counter()
+    timed = 0
     try:
         deadline.check("before extraction")
         graph = Serialized(egraph.serialize([]).to_json())  # kept for pictures, extracted or not
@@ -430,27 +445,47 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
             best = extract_with_egglog(egraph, enc, program)
             extractor, after = job.extractor, model.program_cost(best)
         else:
-            timings["kernels"] = _time_kernels(graph, job)
+            timings["kernels"], timed = _time_kernels(graph, job)
             # the ILP gets what is left of the time (at least a moment): optimize ends near the limit
             ilp_seconds = min(limits.ilp_timeout_s, max(deadline.left(), 0.05))
             best, extractor, after = _extract(graph, enc, program, job, ilp_seconds)
     except TimeLimit as e:
         timings["extract"] = time.perf_counter() - t
         return _timed_out(original, model, timings, e, sat)
-    timings["extract"] = time.perf_counter() - t
+    timings["extract"] = time.perf_counter() - t - timings.get("kernels", 0.0)
     result = _chosen(original, best, after, replace(job, extractor=extractor), sat, timings)
-    return replace(result, egraph=graph, outputs=[graph.roots[r] for r in enc.roots])
+    report = replace(result.report, kernels_timed=timed)
+    return replace(result, report=report, egraph=graph, outputs=[graph.roots[r] for r in enc.roots])
 
 
-def _time_kernels(graph: Serialized, job: _Job) -> float:
+KERNEL_MARGIN_S = 0.5  # kept free of kernel timing before the time limit: extraction must still run
+
+
+def _with_groups_taken(
+    graph: Serialized, enc: Encoding, choice: Choice, program: Program, model: CostModel
+) -> Program:
+    """The program ``choice`` extracts, with each group of alternatives (``Encoding.groups``) taken
+    together where that is cheaper."""
+    best = decode(graph, enc, choice, program)
+    cost = model.program_cost(best)
+    for shared, values in enc.groups:
+        trial = taken_together(graph, choice, shared, values)
+        if trial is not None:
+            candidate = decode(graph, enc, trial, program)
+            if (trial_cost := model.program_cost(candidate)) < cost:
+                best, cost, choice = candidate, trial_cost, trial
+    return best
+
+
+def _time_kernels(graph: Serialized, job: _Job) -> tuple[float, int]:
     """Time the kernels of the e-graph's alternatives the cost model would otherwise estimate, within
-    ``limits.kernel_seconds`` and what the time limit leaves beyond extraction; the seconds it took."""
+    ``limits.kernel_seconds`` and what the time limit leaves beyond extraction: the seconds it took,
+    how many it timed."""
     t = time.perf_counter()
     extraction = EXTRACTION_SECONDS_PER_NODE * graph.num_nodes
-    seconds = min(job.limits.kernel_seconds, job.deadline.left() - extraction)
-    if seconds > 0:
-        job.model.time_kernels(alternatives(graph, job.model.timed_ops), seconds)
-    return time.perf_counter() - t
+    seconds = min(job.limits.kernel_seconds, job.deadline.left() - 2 * extraction - KERNEL_MARGIN_S)
+    timed = job.model.time_kernels(alternatives(graph, job.model.timed_ops), seconds) if seconds > 0 else 0
+    return time.perf_counter() - t, timed
 
 
 def _chosen(
@@ -518,7 +553,7 @@ def _extract(
     greedy = greedy_dag if graph.num_nodes <= DAG_MAX_NODES else greedy_tree
     warm = greedy(graph, model, constants, deadline)
     deadline.check("during extraction")
-    candidates = {"greedy": decode(graph, enc, warm, program)}
+    candidates = {"greedy": _with_groups_taken(graph, enc, warm, program, model)}
     if extractor == "ilp" or (extractor == "auto" and graph.num_nodes <= ILP_MAX_NODES):
         roots = [graph.roots[r] for r in enc.roots]
         exact = ilp(graph, model, roots, constants, time_limit_s=ilp_timeout_s, warm=warm)

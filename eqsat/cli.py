@@ -6,6 +6,7 @@ import argparse
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,8 @@ def _version() -> str:
 def _limits(args: argparse.Namespace):
     from eqsat.saturate import Limits
 
-    return Limits(max_iterations=args.max_iterations, max_nodes=args.max_nodes, timeout_s=args.timeout)
+    limits = Limits(max_iterations=args.max_iterations, max_nodes=args.max_nodes, timeout_s=args.timeout)
+    return limits if args.kernel_seconds is None else replace(limits, kernel_seconds=args.kernel_seconds)
 
 
 def _optimize(args: argparse.Namespace) -> int:
@@ -190,10 +192,25 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from eqsat.cost.calibrate import calibrate
 
+    if args.kernels:
+        return _time_kernels_of(args.kernels, args.kernel_seconds)
     device = calibrate(
         quick=args.quick, save=not args.no_save, progress=lambda step: print(step, file=sys.stderr)
     )
     print(json.dumps(device.to_json(), indent=2))
+    return 0
+
+
+def _time_kernels_of(files: list[str], seconds: float) -> int:
+    """Time every alternative kernel of these programs this device has not timed (``--kernels``): a
+    later optimization of them reads the timings instead of spending its own time limit on them."""
+    import eqsat
+    from eqsat.saturate import Limits
+
+    for path in files:
+        limits = Limits(timeout_s=seconds + 60.0, kernel_seconds=seconds)
+        report = eqsat.optimize(eqsat.load(path), limits=limits, cache=False, progress=False).report
+        print(f"{path}: {report.kernels_timed} kernels timed in {report.timings.get('kernels', 0.0):.1f} s")
     return 0
 
 
@@ -298,6 +315,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     calibrate.add_argument("--quick", action="store_true", help="smaller kernels: seconds, rougher")
     calibrate.add_argument("--no-save", action="store_true", help="print the profile only")
+    calibrate.add_argument(
+        "--kernels",
+        nargs="+",
+        metavar="FILE",
+        help="instead: time the alternative kernels of these programs not yet timed on this device "
+        "(the convs' formulations), so that optimizing them later reads the timings",
+    )
+    calibrate.add_argument(
+        "--kernel-seconds", type=float, default=600.0, help="with --kernels: at most this long per program"
+    )
     calibrate.set_defaults(func=_calibrate)
 
     demo = sub.add_parser("demo", help="optimize the bundled PIR programs and check them in JAX")
@@ -310,7 +337,14 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-iterations", type=int, default=30, help="saturation iterations (default: 30)")
     parser.add_argument("--max-nodes", type=int, default=20_000, help="e-node limit (default: 20000)")
     parser.add_argument(
-        "--timeout", type=float, default=10.0, help="saturation time limit in s (default: 10)"
+        "--timeout", type=float, default=10.0, help="time limit of the whole optimization in s (default: 10)"
+    )
+    parser.add_argument(
+        "--kernel-seconds",
+        type=float,
+        default=None,
+        help="seconds to spend timing this device's kernels not yet timed, within the time limit "
+        "(default: $EQSAT_KERNEL_SECONDS or 20; 0: none)",
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from eqsat.ops import EGG_SORT, FLOAT_DTYPES, OPAQUE, OPS, VARIADIC, OpDef, fold
 from eqsat.ranges import DECLARATIONS as RANGE_DECLARATIONS
 from eqsat.ranges import parameter_ranges
 from eqsat.shapes import MAX_RANK
+from eqsat.stacking import Alternative
 
 if TYPE_CHECKING:
     from egglog import bindings  # imported where used: a first call that hits the cache needs no egglog
@@ -207,6 +208,9 @@ class Encoding:
     roots: list[str]
     leaves: dict[str, Value] = field(default_factory=dict)
     opaque: dict[str, Op] = field(default_factory=dict)
+    # per group of alternatives (``eqsat.stacking``): the name of the value they share, and of each
+    # value one of them stands for
+    groups: list[tuple[str, list[str]]] = field(default_factory=list)
 
     def chunks(self, size: int = 2000) -> Iterable[str]:
         """The commands, ``size`` at a time (one command a line): a load can stop between them."""
@@ -215,8 +219,9 @@ class Encoding:
             yield "\n".join(lines[i : i + size])
 
 
-def encode(program: Program, typed: bool = True) -> Encoding:
-    """One ``let`` per value in topological order (one nested expression would be quadratic).
+def encode(program: Program, typed: bool = True, alternatives: Sequence[Alternative] = ()) -> Encoding:
+    """One ``let`` per value in topological order (one nested expression would be quadratic); then
+    each of ``alternatives`` (``eqsat.stacking``), its ops and a union with the value it equals.
 
     Every value's shape and dtype is stated (``typed``): the analysis then confirms them in one pass
     (a disagreement is an error) instead of deriving them one level of the program per pass. Without,
@@ -241,7 +246,8 @@ def encode(program: Program, typed: bool = True) -> Encoding:
         known = ranges.get(p.name) if p.name else None
         if known is not None:
             cmds.extend(known.facts(names[id(p)]))
-    for op in program.live_ops():
+
+    def emit(op: Op) -> None:
         args = [names[id(v)] for v in op.inputs]
         if needs_opaque(op):
             key = f"op{len(enc.opaque)}"
@@ -250,7 +256,7 @@ def encode(program: Program, typed: bool = True) -> Encoding:
                 names[id(out)] = name = f"$v{len(names)}"
                 cmds.append(f'(let {name} (Opaque "{key}" {tlist(args)} {i}))')
                 state(name, out.type)
-            continue
+            return
         spec = OPS[op.name]
         ins = [tlist(args)] if spec.arity == VARIADIC else args
         attrs = {a.name: literal(op.attrs[a.name]) for a in spec.attrs}
@@ -261,6 +267,18 @@ def encode(program: Program, typed: bool = True) -> Encoding:
             cmds.append(f"(let {name} ({spec.ctor} {' '.join([*ins, *attrs.values()])}))")
         if typed:
             state(name, op.output.type)
+
+    for op in program.live_ops():
+        emit(op)
+    groups: dict[str, list[str]] = {}
+    for alternative in alternatives:
+        for op in alternative.ops:
+            if id(op.output) not in names:
+                emit(op)
+        value = names[id(alternative.value)]
+        cmds.append(f"(union {value} {names[id(alternative.ops[-1].output)]})")
+        groups.setdefault(names[id(alternative.shared)], []).append(value)
+    enc.groups = list(groups.items())
     enc.roots = [names[id(v)] for v in program.outputs]
     enc.commands = "\n".join(cmds)
     return enc

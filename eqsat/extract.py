@@ -104,6 +104,48 @@ class Extraction:
         return set(self._best[cid][1])
 
 
+def taken_together(graph: Serialized, choice: Choice, shared: str, values: list[str]) -> Choice | None:
+    """``choice``, but each class of ``values`` (let names) computed from the class of ``shared`` (the
+    value a group of alternatives shares, ``eqsat.stacking``): a greedy choice pays the shared value in
+    full in each class and never takes it. None where the group cannot be taken (a class has no node
+    reading it, or the choice would be cyclic)."""
+    source = graph.roots[shared]
+    forced: dict[str, Node] = {}
+    for name in values:
+        cid = graph.roots[name]
+        node = next((n for n in graph.classes[cid] if source in n.children), None)
+        if node is None:
+            return None
+        forced[cid] = node
+
+    def chosen(cid: str) -> Node:
+        return forced.get(cid) or choice(cid)
+
+    return chosen if _acyclic(graph, chosen, list(forced)) else None
+
+
+def _acyclic(graph: Serialized, choice: Choice, starts: list[str]) -> bool:
+    """Whether following ``choice`` from ``starts`` never comes back to a class on the way."""
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    for start in starts:
+        stack = [(start, iter(_children(graph, choice(start))))]
+        if state.get(start):
+            continue
+        state[start] = 1
+        while stack:
+            cid, kids = stack[-1]
+            kid = next(kids, None)
+            if kid is None:
+                state[cid] = 2
+                stack.pop()
+            elif state.get(kid) == 1:
+                return False
+            elif kid not in state and kid in graph.classes:
+                state[kid] = 1
+                stack.append((kid, iter(_children(graph, choice(kid)))))
+    return True
+
+
 def greedy_dag(
     graph: Serialized,
     model: CostModel,

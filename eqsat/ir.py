@@ -64,6 +64,13 @@ class Op:
         return out
 
 
+def new_op(name: str, inputs: Sequence[Value], **attrs: AttrValue) -> Op:
+    """A canonical op of ``inputs``, its output type inferred (and checked), in no program."""
+    spec = get_op(name)
+    attrs = spec.normalize([v.type for v in inputs], attrs)
+    return Op(name, tuple(inputs), attrs, (Value(spec.infer([v.type for v in inputs], attrs)),))
+
+
 @dataclass(eq=False)
 class Program:
     """Inputs, named parameters (values kept in ``param_values``), ops in topological order, outputs.
@@ -96,11 +103,9 @@ class Program:
 
     def add_op(self, name: str, inputs: Sequence[Value], **attrs: AttrValue) -> Value:
         """Append a canonical op, inferring (and checking) its output type; return its output."""
-        spec = get_op(name)
-        attrs = spec.normalize([v.type for v in inputs], attrs)
-        out = Value(spec.infer([v.type for v in inputs], attrs))
-        self.ops.append(Op(name, tuple(inputs), attrs, (out,)))
-        return out
+        op = new_op(name, inputs, **attrs)
+        self.ops.append(op)
+        return op.output
 
     def add_output(self, value: Value, name: str | None = None) -> None:
         self.outputs.append(value)

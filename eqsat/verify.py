@@ -68,6 +68,8 @@ def check_rule(
         bindings = {k: _with_dtype(v, dtype) for k, v in bindings.items()}
     wide = any(getattr(v, "dtype", v) in ("float64", "int64", "uint64") for v in bindings.values())
     with jax.enable_x64(wide or bool(jax.config.jax_enable_x64)):
+        if rule.proposal is not None:
+            return _check_proposal(rule, rng, bindings)
         return _check_example(rule, rng, bindings, dtype is None)
 
 
@@ -131,6 +133,33 @@ def _check_example(
     if not fired and must_fire:
         raise EqsatError(f"rule {rule.name} did not fire on its example {bindings}")
     return RuleCheck(rule.name, compared, list(ex.roots), fired)
+
+
+def _check_proposal(rule: Rule, rng: np.random.Generator, bindings: dict[str, Any]) -> RuleCheck:
+    """Check each alternative a program rule proposes for its example program against the value it
+    stands for, on each kind of input."""
+    assert rule.proposal is not None
+    program = rule.proposal.subject(bindings)
+    alternatives = rule.proposal.propose(program)
+    if not alternatives:
+        raise EqsatError(f"rule {rule.name} proposed nothing for its example {bindings}")
+    extreme = tuple(k for k in EXTREME_KINDS if not (rule.assumes and k == "wide"))
+    for kind in ("normal", "special") if rule.exact else ("normal", *extreme):
+        args = [_drawn(v, rng, kind, v.name in rule.positive) for v in program.inputs]
+        for alternative in alternatives:
+            written, proposed = (_shell(program), _shell(program))
+            written.ops, proposed.ops = program.live_ops(), [*program.live_ops(), *alternative.ops]
+            written.outputs, proposed.outputs = [alternative.value], [alternative.ops[-1].output]
+            precision = loosest(*path_dtypes(written), *path_dtypes(proposed))
+            diff = compare(
+                _evaluate(written, args)[0], _evaluate(proposed, args)[0], precision, strict=rule.exact
+            )
+            if diff is not None:
+                raise MiscompileError(
+                    f"rule {rule.name}: {alternative.reason}: the part standing for a value differs on "
+                    f"{kind} inputs: {diff} (example {bindings})"
+                )
+    return RuleCheck(rule.name, len(alternatives), [a.reason for a in alternatives], True)
 
 
 def example_programs(rule: Rule, seed: int = 0) -> list[Program]:

@@ -9,13 +9,14 @@ rank (composing permutations) is generated once per rank: one ``Rule``, several 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eqsat.ir import TensorType
+from eqsat.ir import Program, TensorType
 from eqsat.ops import OPS
 from eqsat.shapes import MAX_RANK
+from eqsat.stacking import Alternative
 
 from .terms import constructor
 
@@ -55,6 +56,16 @@ class MultiVariant:
 
 
 @dataclass(frozen=True)
+class Proposal:
+    """A rule over the whole program, for a match of any number of terms that a pattern would write by
+    enumerating their orderings: ``propose(program)`` gives the alternatives to add to its e-graph
+    (``eqsat.stacking.Alternative``); ``subject(bindings)`` builds the program of the rule's example."""
+
+    propose: Callable[[Program], Sequence[Alternative]]
+    subject: Callable[[dict[str, Any]], Program]
+
+
+@dataclass(frozen=True)
 class Rule:
     """A named rewrite ``lhs -> rhs`` (if ``when``), with its reason and a random example.
 
@@ -77,6 +88,7 @@ class Rule:
     assumes of them, as fast-math does: its check leaves out inputs of magnitudes far apart. Every other
     inexact rule is checked on them too (``eqsat.verify.EXTREME_KINDS``): its guards must hold.
     ``positive``: the example's tensors that are drawn nonnegative, as a variance is.
+    ``proposal``: a rule over the whole program (no variants), applied as the program is loaded.
     """
 
     name: str
@@ -90,6 +102,7 @@ class Rule:
     cases: tuple[dict[str, Any], ...] = field(default=(), compare=False)
     assumes: str = ""
     positive: tuple[str, ...] = ()
+    proposal: Proposal | None = field(default=None, compare=False)
 
     def egglog(self, ruleset: str) -> list[str]:
         many = len(self.variants) > 1

@@ -391,7 +391,7 @@ def _formulation(algorithm: str, layout: str) -> tuple[Variant, ...]:
     return Variant(conv[direct], conv[algorithm], guards), Variant(fused[direct], fused[algorithm], guards)
 
 
-def _window_example(rng: Any, dense: bool = False) -> dict[str, Any]:
+def window_example(rng: Any, dense: bool = False) -> dict[str, Any]:
     """A conv of random groups (depthwise among them unless ``dense``), strides, padding and
     dilations, in either layout, at maps down to 1x1 (where some taps read only padding)."""
     groups, per_group, out_per_group = (int(d) for d in rng.integers(1, 4, 3))
@@ -462,7 +462,7 @@ RULES = [
         "a conv is the sum over its taps that read data of the data shifted to the tap times the tap's "
         "weights: a product per tap, multiply-adds XLA fuses into one loop for a depthwise conv",
         (*_formulation("shifted", "NCHW"), *_formulation("shifted", "NHWC")),
-        _window_example,
+        window_example,
         exact=False,  # the same products, summed in another order
     ),
     Rule(
@@ -470,7 +470,7 @@ RULES = [
         "a conv is one product of its patches (the shifted data of its taps that read data, stacked) "
         "by the stacked taps' weights",
         (*_formulation("im2col", "NCHW"), *_formulation("im2col", "NHWC")),
-        lambda rng: _window_example(rng, dense=True),
+        lambda rng: window_example(rng, dense=True),
         exact=False,  # the same products, summed in another order
     ),
     Rule(

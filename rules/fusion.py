@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from eqsat.egraph import CONSTANT_WEIGHT
-from eqsat.ir import TensorType
+from eqsat.ir import Program, TensorType
 from eqsat.shapes import MAX_RANK
+from eqsat.stacking import stacked_products
 
-from .base import MultiVariant, Rule, Variant
+from .base import MultiVariant, Proposal, Rule, Variant
 from .terms import (
     Add,
     Concat,
@@ -90,6 +91,29 @@ def _merge(kind: str, n: int, r: int) -> MultiVariant:
     sizes = vec(f"(vec-get sw{i} 1)" for i in idx)
     actions = tuple(f"(union m{i} {Split(merged, axis=r - 1, sizes=sizes, index=i - 1)})" for i in idx)
     return MultiVariant(tuple(facts), actions, tuple(term[i] for i in idx))
+
+
+def _stacked_example(rng: Any) -> dict[str, Any]:
+    """Two to four left operands of random row counts (rank 2 or 3) and one weight."""
+    n, k, m = (int(d) for d in rng.integers(2, 5, 3))
+    rank = int(rng.integers(2, 4))
+    lead = tuple(int(d) for d in rng.integers(1, 4, rank - 1))
+    lefts = {f"x{i}": TensorType((int(rng.integers(1, 4)), *lead[1:], k), F32) for i in range(n)}
+    return {**lefts, "w": TensorType((k, m), F32)}
+
+
+def _stacked_program(bindings: dict[str, Any]) -> Program:
+    """Each left operand times the weight, and one product that depends on another's result (not
+    stacked with it)."""
+    program = Program()
+    w = program.add_input("w", bindings["w"])
+    lefts = [program.add_input(n, t) for n, t in bindings.items() if n != "w"]
+    products = [program.add_op("matmul", [x, w]) for x in lefts]
+    if bindings["w"].shape[0] == bindings["w"].shape[1]:
+        products.append(program.add_op("matmul", [products[0], w]))
+    for p in products:
+        program.add_output(p)
+    return program
 
 
 def _merge_example(rng: Any) -> dict[str, Any]:
@@ -179,5 +203,14 @@ RULES = [
         ),
         _merge_example,
         prelude=CONSTANT_WEIGHT,  # so merged matmuls never merge again
+    ),
+    Rule(
+        "stack-products-sharing-a-weight",
+        "independent matmuls of one weight are one matmul of their stacked left operands, each its rows: "
+        "the weight read once (a recurrent cell's input projections over its time steps)",
+        (),
+        _stacked_example,
+        exact=False,  # one product over more rows: XLA may block its sums otherwise
+        proposal=Proposal(stacked_products, _stacked_program),
     ),
 ]

@@ -1,4 +1,5 @@
-"""Transpose composition, identity removal, and transposes moved through elementwise ops."""
+"""Transpose composition, identity removal, transposes moved through elementwise ops, and convs and
+poolings in either layout between transposes."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ from typing import Any
 
 from eqsat.ir import TensorType
 from eqsat.ops import OPS
+from eqsat.ops.conv import ALGORITHMS
 from eqsat.shapes import MAX_RANK
 
 from .base import (
     UNARY_ATTRS,
     Rule,
     Variant,
+    both_ways,
     example_dtype,
     per_rank,
     rand_perm,
@@ -19,9 +22,13 @@ from .base import (
     rule,
     unary_pattern,
 )
+from .conv import window_example
 from .terms import (
+    Conv2d,
+    Conv2dBiasAct,
     Expand,
     Full,
+    Pool2d,
     Reshape,
     Select,
     Softmax,
@@ -210,6 +217,40 @@ def _masked_select_example(rng: Any) -> dict[str, Any]:
     }
 
 
+# data NCHW -> NHWC and back; kernels OIHW <-> HWIO
+_TO_NHWC, _TO_NCHW = vec([0, 2, 3, 1]), vec([0, 3, 1, 2])
+_OIHW_TO_HWIO, _HWIO_TO_OIHW = vec([2, 3, 1, 0]), vec([3, 2, 0, 1])
+
+
+def _relaid(layout: str) -> tuple[Variant, ...]:
+    """A conv (with its bias and epilogue or not) or a pooling in ``layout`` is the same op in the other
+    layout between transposes of its data, kernel and result: transposes that cancel across a chain
+    of convs, elementwise ops and poolings leave a region in one layout, transposed at its edges."""
+    nchw = layout == "NCHW"
+    other = "NHWC" if nchw else "NCHW"
+    into, back = (_TO_NHWC, _TO_NCHW) if nchw else (_TO_NCHW, _TO_NHWC)
+    kernel = _OIHW_TO_HWIO if nchw else _HWIO_TO_OIHW
+    window = {"strides": "st", "padding": "p", "dilations": "dl", "groups": "g", "algorithm": "al"}
+    x, w = Transpose("x", perm=into), Transpose("w", perm=kernel)
+    pool = {"kind": "k", "window": "win", "strides": "st", "padding": "p"}
+    return (
+        *both_ways(
+            Conv2d("x", "w", **window, layout=layout),
+            Transpose(Conv2d(x, w, **window, layout=other), perm=back),
+        ),
+        *both_ways(
+            Conv2dBiasAct("x", "w", "c", **window, act="act", layout=layout),
+            Transpose(Conv2dBiasAct(x, w, "c", **window, act="act", layout=other), perm=back),
+        ),
+        *both_ways(Pool2d("x", **pool, layout=layout), Transpose(Pool2d(x, **pool, layout=other), perm=back)),
+    )
+
+
+def _relaid_example(rng: Any) -> dict[str, Any]:
+    example = window_example(rng)
+    return {**example, "al": str(rng.choice(ALGORITHMS)), "k": str(rng.choice(["max", "avg"])), "win": (2, 2)}
+
+
 RULES = [
     per_rank(
         "transpose-compose",
@@ -295,5 +336,13 @@ RULES = [
         "a broadcast mask over the last two axes is unchanged by a transpose fixing them",
         tuple(_transpose_out_of_masked_select(r, k) for r in range(3, MAX_RANK + 1) for k in range(2, r + 1)),
         _masked_select_example,
+    ),
+    Rule(
+        "conv-layout",
+        "a conv or pooling in one layout is the same op in the other between transposes of its operands "
+        "and result: regions of convs run in either layout, transposed at their edges",
+        (*_relaid("NCHW"), *_relaid("NHWC")),
+        _relaid_example,
+        exact=False,  # the same products, summed in another order
     ),
 ]

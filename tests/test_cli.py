@@ -125,3 +125,26 @@ def test_optimize_measures_a_gain_within_the_models_error(tmp_path, capsys):
     assert main(["optimize", str(path), "--measure", "--no-cache", "-q"]) == 0
     kept = "the (optimized program is kept|input is returned)"
     assert re.search(rf"predicted \d+\.\d+x, measured \d+\.\d+x: {kept}", capsys.readouterr().out)
+
+
+def test_the_kernel_timing_budget_is_an_option_of_optimize(monkeypatch):
+    """``--kernel-seconds`` sets ``Limits.kernel_seconds``; without it the setting's default holds."""
+    from eqsat.cli import _limits, build_parser
+
+    monkeypatch.setattr(config, "kernel_seconds", 7.0)
+    parse = build_parser().parse_args
+    assert _limits(parse(["optimize", "x.pir"])).kernel_seconds == 7.0
+    assert _limits(parse(["optimize", "x.pir", "--kernel-seconds", "60"])).kernel_seconds == 60.0
+
+
+def test_calibrate_times_the_kernels_of_given_programs_once(tmp_path, monkeypatch, capsys):
+    """``eqsat calibrate --kernels FILE``: the conv's formulations timed and kept; a second run times
+    none (read from the table)."""
+    monkeypatch.setattr(config, "cache_dir", tmp_path)
+    conv = Path(__file__).parent / "data" / "paddle" / "dumps" / "conv_bn_relu.pir"
+    assert main(["calibrate", "--kernels", str(conv), "--kernel-seconds", "120"]) == 0
+    first = capsys.readouterr().out
+    assert re.search(r": [1-9]\d* kernels timed", first), first
+    assert list(tmp_path.glob("kernels-*.json"))
+    assert main(["calibrate", "--kernels", str(conv)]) == 0
+    assert ": 0 kernels timed" in capsys.readouterr().out

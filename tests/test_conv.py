@@ -413,7 +413,8 @@ def test_a_3x3_conv_at_a_1x1_map_reads_its_centre_tap_alone():
 @pytest.mark.parametrize("seed", range(40))
 def test_every_conv_algorithm_computes_the_direct_conv(seed):
     """Groups (depthwise and channel multipliers included), strides, dilations, padding, both layouts,
-    maps down to 1x1: the shifted and im2col lowerings agree with XLA's conv."""
+    maps down to 1x1: the shifted and im2col lowerings agree with XLA's conv, and so do their
+    gradients with respect to the data and the kernel."""
     rng = np.random.default_rng(seed)
     groups, per_group, out_per_group = (int(d) for d in rng.integers(1, 4, 3))
     per_group = 1 if seed % 3 == 0 else per_group
@@ -428,7 +429,17 @@ def test_every_conv_algorithm_computes_the_direct_conv(seed):
     w = rng.normal(size=(o, per_group, *k) if layout == "NCHW" else (*k, per_group, o)).astype(np.float32)
     window = {"strides": tuple(int(d) for d in rng.integers(1, 3, 2)), "padding": padding}
     window |= {"dilations": dilations, "groups": groups, "layout": layout}
-    want = OPS["conv2d"].lower(x, w, **window, algorithm="direct")
+    conv = OPS["conv2d"].lower
+    want = conv(x, w, **window, algorithm="direct")
+    weights = rng.normal(size=want.shape).astype(np.float32)  # the gradient of a weighted sum
+
+    def grads(algorithm):
+        return jax.grad(lambda x, w: jnp.sum(conv(x, w, **window, algorithm=algorithm) * weights), (0, 1))(
+            x, w
+        )
+
     for algorithm in ALGORITHMS[1:]:
-        got = OPS["conv2d"].lower(x, w, **window, algorithm=algorithm)
+        got = conv(x, w, **window, algorithm=algorithm)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=algorithm)
+        for g, r in zip(grads(algorithm), grads("direct"), strict=True):
+            np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4, err_msg=f"{algorithm} gradient")

@@ -70,9 +70,10 @@ def test_no_kernel_is_timed_without_a_budget_or_a_choice(tmp_path):
 def test_timing_stops_starting_kernels_once_its_budget_has_passed(tmp_path, monkeypatch):
     now = iter(range(1000))
     monkeypatch.setattr(kernels, "clock", lambda: float(next(now)))
-    table = KernelTimes(tmp_path / "kernels.json", repeats=1)
-    # the clock reads 0 at the start, then 1, 2, ... before each call: a budget of 2.5 starts two
-    assert table.time(list(_calls().values()), 2.5) == 2
+    table = KernelTimes(tmp_path / "kernels.json", repeats=1, workers=1)
+    # the clock ticks a second at each reading: 0 at the start, 1 before the first kernel, 2 after it
+    # (it took 1); 3 before the second, which would end near 3 + 1 > 3.5: a budget of 3.5 times one
+    assert table.time(list(_calls().values()), 3.5) == 1
 
 
 def test_alternatives_are_timed_where_they_can_change_the_choice_costliest_first():

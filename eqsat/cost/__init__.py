@@ -1,7 +1,8 @@
 """Cost models: what an op costs given its attributes and its operands' types. ``NodeCount``, ``Flops``,
 ``Roofline`` (device profiles in ``eqsat.devices``) in ``models``; ``XlaFusion`` (the roofline over the
 kernels XLA fuses) in ``fusion``; ``Measured`` (timed on this device,
-cached) in ``measured``; any function ``(op, attrs, inputs, output) -> float`` through ``FunctionCost``.
+cached) in ``measured``; ``KernelTimes`` (the timings on disk the default roofline reads for convs) in
+``kernels``; any function ``(op, attrs, inputs, output) -> float`` through ``FunctionCost``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .fusion import Fused, XlaFusion
+from .kernels import KernelTimes
 from .measured import Measured
 from .models import CostModel, Flops, FunctionCost, NodeCount, Roofline, phases
 
@@ -18,6 +20,7 @@ __all__ = [
     "Flops",
     "FunctionCost",
     "Fused",
+    "KernelTimes",
     "Measured",
     "NodeCount",
     "Roofline",

@@ -2,17 +2,20 @@
 device kind, so that each op signature is timed once per device, by any process.
 
 A roofline believes XLA runs every kernel near the device's peak; it does not (XLA:CPU's dense conv
-runs 10-100x below its rate at 1x1 and 2x2 maps, its depthwise conv 50-100x below the same work as
-multiply-adds). A cost model reads a timing where this table has one, and times the alternatives that
-could change its choice before extraction, within a budget (``Limits.kernel_seconds``).
+runs 6-30x slower than a product per tap at 1x1 and 2x2 maps, its depthwise conv 50-100x slower than
+the same work as multiply-adds). A cost model reads a timing where this table has one, and times the
+alternatives that could change its choice before extraction, within a budget
+(``Limits.kernel_seconds``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -47,11 +50,19 @@ def default_table() -> Path:
 
 class KernelTimes:
     """Seconds per ``Call`` on this device, read from ``path`` and written back as calls are timed.
-    ``repeats``: runs per timing after a warm-up run (fewer once a kernel has run ``enough_s``)."""
+    ``repeats``: runs per timing after a warm-up run (fewer once a kernel has run ``enough_s``);
+    ``workers``: kernels compiled side by side (default: one per core)."""
 
-    def __init__(self, path: str | Path | None = None, repeats: int = 5, enough_s: float = 0.2) -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        repeats: int = 5,
+        enough_s: float = 0.2,
+        workers: int | None = None,
+    ) -> None:
         self.path = Path(path) if path else default_table()
         self.repeats, self.enough_s = repeats, enough_s
+        self.workers = workers or os.cpu_count() or 1
         self.table: dict[str, float] = json.loads(self.path.read_text()) if self.path.exists() else {}
 
     def get(self, call: Call) -> float | None:
@@ -62,23 +73,33 @@ class KernelTimes:
         return hashlib.sha256(json.dumps(sorted(self.table.items())).encode()).hexdigest()[:16]
 
     def time(self, calls: Iterable[Call], seconds: float) -> int:
-        """Time the ``calls`` not yet known, in order, until ``seconds`` have passed; how many were
-        timed. The table is saved after each, so an interrupted run keeps what it measured."""
+        """Time the ``calls`` not yet known, in order, while the next few fit in ``seconds`` (judged by
+        the longest few so far); how many were timed. Each few (``workers``) are compiled side by
+        side, then timed one at a time on a quiet machine; the table is saved after each few, so an
+        interrupted run keeps what it measured."""
         end = clock() + seconds
+        todo = list({c.key: c for c in calls if c.key not in self.table}.values())
+        workers = self.workers
         timed = 0
-        for call in calls:
-            if clock() >= end:
-                break
-            if call.key not in self.table:
-                self.table[call.key] = time_call(call, self.repeats, self.enough_s)
+        longest = 0.0  # the longest a few took so far: the next is started only if it fits
+        with ThreadPoolExecutor(workers) as pool:
+            for i in range(0, len(todo), workers):
+                start = clock()
+                if start + longest >= end:
+                    break
+                few = todo[i : i + workers]
+                built = list(pool.map(compiled, few))  # all compiled before any is timed
+                for call, (fn, args) in zip(few, built, strict=True):
+                    self.table[call.key] = run_seconds(fn, args, self.repeats, self.enough_s)
+                timed += len(few)
                 write_atomically(self.path, json.dumps(self.table, indent=0))
-                timed += 1
+                longest = max(longest, clock() - start)
         return timed
 
 
-def time_call(call: Call, repeats: int = 5, enough_s: float = 0.2) -> float:
-    """The median seconds of ``call`` compiled alone (ahead of time: inside a trace, it still runs
-    now) on random operands, over ``repeats`` runs after a warm-up, or fewer once ``enough_s`` passed."""
+def compiled(call: Call) -> tuple[Callable[..., Any], list[Any]]:
+    """``call`` alone, compiled ahead of time (inside a trace, it still runs when called), and random
+    operands for it."""
     from eqsat.lowering import lower
     from eqsat.numerics import random_array
 
@@ -87,7 +108,14 @@ def time_call(call: Call, repeats: int = 5, enough_s: float = 0.2) -> float:
     program.add_output(program.add_op(call.op, values, **call.attrs))
     rng = np.random.default_rng(0)
     args = [random_array(t, rng) for t in call.inputs]
-    fn = jax.jit(lower(program)).lower(*args).compile()
+    return jax.jit(lower(program)).lower(*args).compile(), args
+
+
+def run_seconds(
+    fn: Callable[..., Any], args: Sequence[Any], repeats: int = 5, enough_s: float = 0.2
+) -> float:
+    """The median seconds of ``fn(*args)`` over ``repeats`` runs after a warm-up, or fewer once
+    ``enough_s`` passed."""
     jax.block_until_ready(fn(*args))
     times: list[float] = []
     while len(times) < repeats and sum(times) < enough_s:
