@@ -67,7 +67,10 @@ class Report:
         """The report of a cache hit: ``to_json``'s data, this process's ``timings``."""
         sat = data["saturation"]
         saturation = SaturationReport(
-            [Iteration(**it) for it in sat["iterations"]], sat["stop_reason"], sat["seconds"]
+            [Iteration(**it) for it in sat["iterations"]],
+            sat["stop_reason"],
+            sat["seconds"],
+            sat.get("proposed", {}),
         )
         return cls(saturation, **{k: data[k] for k in _STORED}, timings=timings, cache="hit")
 
@@ -409,8 +412,8 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     model, limits, deadline = job.model, job.limits, job.deadline
     t = time.perf_counter()
     original, program = program, drop_unit_dims(program)
-    proposed = [a for r in job.rules if r.proposal for a in r.proposal.propose(program)]
-    enc = encode(program, alternatives=proposed)
+    proposals = {r.name: r.proposal.propose(program) for r in job.rules if r.proposal}
+    enc = encode(program, alternatives=[a for found in proposals.values() for a in found])
     timings["encode"] = time.perf_counter() - t
 
     loads: list[float] = []  # seconds loading the program into egglog (again when replaying)
@@ -434,6 +437,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
         return _unchanged(original, model, timings, f"saturation failed, the input is returned: {e}")
     timings["encode"] += loads[0]
     timings["saturate"] = sat.seconds - loads[0]
+    sat = replace(sat, proposed={name: len(found) for name, found in proposals.items() if found})
     t = time.perf_counter()
     timed = 0
     try:

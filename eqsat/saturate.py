@@ -72,17 +72,22 @@ class Iteration:
 
 @dataclass
 class SaturationReport:
+    """The iterations, why saturation stopped, how long it took, and the alternatives program rules
+    (``Rule.proposal``) added as the program loaded, by rule."""
+
     iterations: list[Iteration] = field(default_factory=list)
     stop_reason: str = ""
     seconds: float = 0.0
+    proposed: dict[str, int] = field(default_factory=dict)
 
     @property
     def saturated(self) -> bool:
         return self.stop_reason == "saturated"
 
     def rules_fired(self) -> dict[str, int]:
-        """Total matches per rule (variants of one rule added up), rules that matched only."""
-        total: dict[str, int] = {}
+        """Total matches per rule (variants of one rule added up), rules that matched only; a program
+        rule's alternatives count as its matches."""
+        total: dict[str, int] = dict(self.proposed)
         for it in self.iterations:
             for name, n in it.by_rule().items():
                 total[name] = total.get(name, 0) + n

@@ -105,3 +105,14 @@ def test_a_new_timing_changes_the_models_fingerprint(tmp_path):
 def test_the_default_model_times_this_devices_kernels_a_named_profile_does_not():
     assert Roofline().timed_ops == {"conv2d", "conv2d_bias_act"}
     assert not Roofline("cpu").timed_ops and not Roofline("h100").timed_ops
+
+
+def test_two_processes_timing_into_one_table_keep_both(tmp_path, monkeypatch):
+    """Each saves what it timed into the file as it is then, not its own copy over the other's."""
+    monkeypatch.setattr(kernels, "compiled", lambda call: (None, []))
+    monkeypatch.setattr(kernels, "run_seconds", lambda fn, args, repeats, enough_s: 1e-3)
+    path = tmp_path / "kernels.json"
+    first, second = KernelTimes(path, workers=1), KernelTimes(path, workers=1)  # both read it empty
+    calls = list(_calls().values())
+    assert first.time(calls[:1], 60) == 1 and second.time(calls[1:2], 60) == 1
+    assert set(json.loads(path.read_text())) == {calls[0].key, calls[1].key}

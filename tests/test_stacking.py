@@ -58,3 +58,4 @@ def test_the_stacked_cell_is_chosen_and_computes_the_cell():
     products = [op for op in result.program.live_ops() if op.name == "matmul"]
     assert len(products) == 6  # one stacked product of wx, five of wh
     assert [op.inputs[1].name for op in products].count("wx") == 1
+    assert result.report.rules_fired[RULE[0]] == 5  # an alternative for each input projection

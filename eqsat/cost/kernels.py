@@ -10,9 +10,11 @@ alternatives that could change its choice before extraction, within a budget
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +28,7 @@ from eqsat.config import write_atomically
 from eqsat.deadline import clock
 from eqsat.devices import device_file
 from eqsat.ir import Program, TensorType
+from eqsat.speed import per_call
 
 
 class Call(NamedTuple):
@@ -92,9 +95,15 @@ class KernelTimes:
                 for call, (fn, args) in zip(few, built, strict=True):
                     self.table[call.key] = run_seconds(fn, args, self.repeats, self.enough_s)
                 timed += len(few)
-                write_atomically(self.path, json.dumps(self.table, indent=0))
+                self._save({c.key: self.table[c.key] for c in few})
                 longest = max(longest, clock() - start)
         return timed
+
+    def _save(self, new: dict[str, float]) -> None:
+        """Add ``new`` timings to the file as it is now (another process may have added its own)."""
+        on_disk = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.table = {**on_disk, **self.table}
+        write_atomically(self.path, json.dumps({**on_disk, **new}, indent=0))
 
 
 def compiled(call: Call) -> tuple[Callable[..., Any], list[Any]]:
@@ -114,18 +123,19 @@ def compiled(call: Call) -> tuple[Callable[..., Any], list[Any]]:
 def run_seconds(
     fn: Callable[..., Any], args: Sequence[Any], repeats: int = 5, enough_s: float = 0.2
 ) -> float:
-    """The median seconds of ``fn(*args)`` over ``repeats`` runs after a warm-up, or fewer once
-    ``enough_s`` passed."""
+    """Seconds per call of ``fn(*args)``: the median of ``repeats`` samples, a sample as many calls as
+    take a few milliseconds (``eqsat.speed.per_call``: single calls of microseconds measure the
+    timer); one call, after a warm-up, where a call takes ``enough_s`` or more."""
     jax.block_until_ready(fn(*args))
-    times: list[float] = []
-    while len(times) < repeats and sum(times) < enough_s:
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    once = time.perf_counter() - t0
+    if once >= enough_s:
+        return once
+    return per_call([functools.partial(fn, *args)], repeats, statistics.median)[0]
 
 
-def alternatives_first(groups: Sequence[Sequence[Call]], estimate: Any) -> list[Call]:
+def alternatives_first(groups: Sequence[Sequence[Call]], estimate: Callable[[Call], float]) -> list[Call]:
     """The calls of ``groups`` (alternatives for one value each) in the order worth timing: groups of
     at least two alternatives (where a timing can change the choice), the costliest by ``estimate``
     first, each group's calls together."""
