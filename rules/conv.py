@@ -34,6 +34,7 @@ from .terms import (
     Split,
     Sub,
     TList,
+    at_most,
     constant_value,
     constant_weight,
     constructor,
@@ -378,17 +379,33 @@ def _dims(shape: str, *axes: int) -> list[str]:
     return [f"(vec-get {shape} {a})" for a in axes]
 
 
+# A dense conv as one product per tap only up to this many taps (3x3): beyond, im2col does the same
+# products in one kernel, and each product more is a kernel more to launch and to compile
+MAX_PRODUCT_TAPS = 9
+
+
 def _formulation(algorithm: str, layout: str) -> tuple[Variant, ...]:
     """A conv (with or without its bias and epilogue) computed by XLA's conv kernel, and by
-    ``algorithm``; im2col only where the kernel reads more than one channel per group."""
+    ``algorithm``: im2col where the kernel reads more than one channel per group; shifted for a kernel
+    of one channel per group (multiply-adds), or of at most ``MAX_PRODUCT_TAPS`` taps."""
     axes = CONV_AXES[layout]
     window = {"strides": "st", "padding": "p", "dilations": "dl", "groups": "g", "layout": layout}
-    dense = differ(f"(vec-get {shape_of('w')} {axes.kernel_in})", 1)
-    guards = (wide_float(dtype_of("x")), *([dense] if algorithm == "im2col" else []))
+    w = shape_of("w")
+    per_group = f"(vec-get {w} {axes.kernel_in})"
+    kh, kw = (f"(vec-get {w} {k})" for k in axes.kernel_spatial)
+    dense: tuple[str, ...] = (differ(per_group, 1),)
+    if algorithm == "im2col":
+        cases = [dense]
+    else:
+        cases = [(equal(per_group, 1),), (*dense, at_most(f"(* {kh} {kw})", MAX_PRODUCT_TAPS))]
     direct = ALGORITHMS[0]
     conv = {a: Conv2d("x", "w", **window, algorithm=a) for a in (direct, algorithm)}
     fused = {a: Conv2dBiasAct("x", "w", "c", **window, act="act", algorithm=a) for a in (direct, algorithm)}
-    return Variant(conv[direct], conv[algorithm], guards), Variant(fused[direct], fused[algorithm], guards)
+    return tuple(
+        Variant(term[direct], term[algorithm], (wide_float(dtype_of("x")), *case))
+        for case in cases
+        for term in (conv, fused)
+    )
 
 
 def window_example(rng: Any, dense: bool = False) -> dict[str, Any]:

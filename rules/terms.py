@@ -88,6 +88,11 @@ def differ(a: Value, b: Value) -> Term:
     return f"(!= {_operand(a)} {_operand(b)})"
 
 
+def at_most(a: Value, b: Value) -> Term:
+    """``a`` is no greater than ``b`` (integers)."""
+    return f"(<= {_operand(a)} {_operand(b)})"
+
+
 def not_nan(c: Term) -> Term:
     """The f64 ``c`` is a number (egglog orders NaN above every float, IEEE compares it false)."""
     return f"(< {c} NaN)"

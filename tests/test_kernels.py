@@ -116,3 +116,14 @@ def test_two_processes_timing_into_one_table_keep_both(tmp_path, monkeypatch):
     calls = list(_calls().values())
     assert first.time(calls[:1], 60) == 1 and second.time(calls[1:2], 60) == 1
     assert set(json.loads(path.read_text())) == {calls[0].key, calls[1].key}
+
+
+def test_a_compilation_running_past_the_budget_is_left_unused(tmp_path, monkeypatch):
+    """Optimization goes on to extraction when the time is up, not when a slow compilation ends."""
+    import time
+
+    monkeypatch.setattr(kernels, "compiled", lambda call: time.sleep(5))
+    table = KernelTimes(tmp_path / "kernels.json", workers=1)
+    start = time.perf_counter()
+    assert table.time(list(_calls().values()), 0.2) == 0
+    assert time.perf_counter() - start < 3 and not table.table

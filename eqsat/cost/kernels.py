@@ -17,7 +17,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -78,25 +78,31 @@ class KernelTimes:
     def time(self, calls: Iterable[Call], seconds: float) -> int:
         """Time the ``calls`` not yet known, in order, while the next few fit in ``seconds`` (judged by
         the longest few so far); how many were timed. Each few (``workers``) are compiled side by
-        side, then timed one at a time on a quiet machine; the table is saved after each few, so an
+        side, then timed one at a time on a quiet machine; a compilation still running when the time
+        is up is left to finish on its own, unused. The table is saved after each few, so an
         interrupted run keeps what it measured."""
         end = clock() + seconds
         todo = list({c.key: c for c in calls if c.key not in self.table}.values())
-        workers = self.workers
         timed = 0
         longest = 0.0  # the longest a few took so far: the next is started only if it fits
-        with ThreadPoolExecutor(workers) as pool:
-            for i in range(0, len(todo), workers):
+        pool = ThreadPoolExecutor(self.workers)
+        try:
+            for i in range(0, len(todo), self.workers):
                 start = clock()
                 if start + longest >= end:
                     break
-                few = todo[i : i + workers]
-                built = list(pool.map(compiled, few))  # all compiled before any is timed
-                for call, (fn, args) in zip(few, built, strict=True):
+                few = todo[i : i + self.workers]
+                futures = [pool.submit(compiled, call) for call in few]
+                if len(wait(futures, timeout=max(end - clock(), 0.0)).done) < len(futures):
+                    break
+                for call, future in zip(few, futures, strict=True):
+                    fn, args = future.result()
                     self.table[call.key] = run_seconds(fn, args, self.repeats, self.enough_s)
                 timed += len(few)
                 self._save({c.key: self.table[c.key] for c in few})
                 longest = max(longest, clock() - start)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
         return timed
 
     def _save(self, new: dict[str, float]) -> None:
