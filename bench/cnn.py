@@ -47,15 +47,16 @@ class Net:
         )
 
     def bn(self, x: Array) -> Array:
-        """Batch norm at inference, written out as flax's BatchNorm computes it."""
+        """Batch norm at inference, written out as flax's BatchNorm computes it: the statistics are
+        vectors, broadcast along the channel axis."""
         c = x.shape[self.axis]
         shape = [1, 1, 1, 1]
         shape[self.axis] = c
         mean, var = self.rng.uniform(-0.5, 0.5, c), self.rng.uniform(0.5, 1.5, c)
         scale, bias = self.rng.uniform(0.5, 1.5, c), self.rng.uniform(-0.5, 0.5, c)
-        vectors = (jnp.asarray(v.astype(np.float32).reshape(shape)) for v in (mean, var, scale, bias))
-        mean_, var_, scale_, bias_ = vectors
-        return (x - mean_) * (lax.rsqrt(var_ + 1e-5) * scale_) + bias_
+        mean_, var_, scale_, bias_ = (jnp.asarray(v.astype(np.float32)) for v in (mean, var, scale, bias))
+        factor = lax.rsqrt(var_ + 1e-5) * scale_
+        return (x - mean_.reshape(shape)) * factor.reshape(shape) + bias_.reshape(shape)
 
     def conv_bn(self, x: Array, out: int, k: int, stride: int = 1, groups: int = 1) -> Array:
         return self.bn(self.conv(x, out, k, stride, groups))

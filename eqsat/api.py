@@ -449,10 +449,11 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
             best = extract_with_egglog(egraph, enc, program)
             extractor, after = job.extractor, model.program_cost(best)
         else:
-            timings["kernels"], timed = _time_kernels(graph, job)
+            constants = graph.constant_classes(enc, program.param_values)
+            timings["kernels"], timed = _time_kernels(graph, job, constants)
             # the ILP gets what is left of the time (at least a moment): optimize ends near the limit
             ilp_seconds = min(limits.ilp_timeout_s, max(deadline.left(), 0.05))
-            best, extractor, after = _extract(graph, enc, program, job, ilp_seconds)
+            best, extractor, after = _extract(graph, enc, program, job, ilp_seconds, constants)
     except TimeLimit as e:
         timings["extract"] = time.perf_counter() - t
         return _timed_out(original, model, timings, e, sat)
@@ -481,14 +482,15 @@ def _with_groups_taken(
     return best
 
 
-def _time_kernels(graph: Serialized, job: _Job) -> tuple[float, int]:
+def _time_kernels(graph: Serialized, job: _Job, constants: frozenset[str]) -> tuple[float, int]:
     """Time the kernels of the e-graph's alternatives the cost model would otherwise estimate, within
     ``limits.kernel_seconds`` and what the time limit leaves beyond extraction: the seconds it took,
     how many it timed."""
     t = time.perf_counter()
     extraction = EXTRACTION_SECONDS_PER_NODE * graph.num_nodes
     seconds = min(job.limits.kernel_seconds, job.deadline.left() - 2 * extraction - KERNEL_MARGIN_S)
-    timed = job.model.time_kernels(alternatives(graph, job.model.timed_ops), seconds) if seconds > 0 else 0
+    found = alternatives(graph, job.model.timed_ops, constants) if seconds > 0 else []
+    timed = job.model.time_kernels(found, seconds) if found else 0
     return time.perf_counter() - t, timed
 
 
@@ -548,12 +550,16 @@ DAG_MAX_NODES = 1500  # greedy DAG extraction (quadratic) up to this many; greed
 
 
 def _extract(
-    graph: Serialized, enc: Encoding, program: Program, job: _Job, ilp_timeout_s: float
+    graph: Serialized,
+    enc: Encoding,
+    program: Program,
+    job: _Job,
+    ilp_timeout_s: float,
+    constants: frozenset[str],
 ) -> tuple[Program, str, float]:
     """The cheapest program under the job's model among the extractors that apply, which one found it,
-    its cost."""
+    its cost (``constants``: the classes known at compile time)."""
     model, extractor, deadline = job.model, job.extractor, job.deadline
-    constants = graph.constant_classes(enc, program.param_values)
     greedy = greedy_dag if graph.num_nodes <= DAG_MAX_NODES else greedy_tree
     warm = greedy(graph, model, constants, deadline)
     deadline.check("during extraction")

@@ -53,15 +53,22 @@ def node_costs(
                 costs[node.id] = model.op_cost(OPAQUE, {}, ins, graph.types[cid])
             elif spec is None:
                 costs[node.id] = 0.0
+            elif spec.name in model.timed_ops:  # its timing depends on which operands are weights
+                known = tuple(c in constants for c in classes)
+                call = Call(spec.name, attrs_of(graph, node, spec), tuple(ins), graph.types[cid], known)
+                costs[node.id] = model.call_cost(call) + TIE_BREAK
             else:
                 cost = model.op_cost(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid])
                 costs[node.id] = cost + TIE_BREAK
     return costs
 
 
-def alternatives(graph: Serialized, ops: frozenset[str]) -> list[list[Call]]:
-    """Per e-class, the calls of its e-nodes that apply one of ``ops`` (a cost model's ``timed_ops``):
-    the alternatives whose timings could change what extraction chooses."""
+def alternatives(
+    graph: Serialized, ops: frozenset[str], constants: frozenset[str] = frozenset()
+) -> list[list[Call]]:
+    """Per e-class, the calls of its e-nodes that apply one of ``ops`` (a cost model's ``timed_ops``),
+    the operands of ``constants`` known at compile time: the alternatives whose timings could change
+    what extraction chooses."""
     if not ops:
         return []
     first = _first(graph)
@@ -71,8 +78,10 @@ def alternatives(graph: Serialized, ops: frozenset[str]) -> list[list[Call]]:
         for node in nodes:
             spec = spec_of(node)
             if spec is not None and spec.name in ops:
-                ins = tuple(graph.types[c] for c in input_classes(graph, node, first))
-                calls.append(Call(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid]))
+                classes = input_classes(graph, node, first)
+                ins = tuple(graph.types[c] for c in classes)
+                known = tuple(c in constants for c in classes)
+                calls.append(Call(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid], known))
         if calls:
             found.append(calls)
     return found

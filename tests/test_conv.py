@@ -13,6 +13,7 @@ import pytest
 from jax import lax
 
 import eqsat
+from eqsat import Builder
 from eqsat.cost import phases
 from eqsat.egraph import Serialized, encode, new_egraph
 from eqsat.ir import TensorType
@@ -443,3 +444,19 @@ def test_every_conv_algorithm_computes_the_direct_conv(seed):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=algorithm)
         for g, r in zip(grads(algorithm), grads("direct"), strict=True):
             np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4, err_msg=f"{algorithm} gradient")
+
+
+def test_values_between_convs_keep_their_batch_dim_of_one():
+    """The unit-dim pass squeezes elementwise ops, but not those between convs and poolings: XLA:CPU
+    copies a conv's result reshaped to drop its batch dim (ResNet-18 at batch 1 ran 20% slower)."""
+    from eqsat.layout import drop_unit_dims
+
+    b = Builder()
+    x, w = b.input("x", (1, 4, 8, 8)), b.input("w", (4, 4, 3, 3))
+    scale = b.input("s", (1, 4, 1, 1))
+    y = b.relu(b.mul(b.conv2d(x, w, padding=(1, 1, 1, 1)), scale))
+    program = drop_unit_dims(b.build(b.pool2d(y, kind="max", window=(2, 2), strides=(2, 2))))
+    assert "reshape" not in program.op_counts()
+    other = Builder()
+    a, c = other.input("a", (1, 4, 8)), other.input("c", (1, 4, 8))
+    assert "reshape" in drop_unit_dims(other.build(other.relu(other.add(a, c)))).op_counts()

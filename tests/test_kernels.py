@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import eqsat
@@ -56,7 +57,7 @@ def test_optimize_times_each_alternative_once_then_reads_the_table(tmp_path):
     assert set(timed) == {c.key for c in _calls().values()} and all(s > 0 for s in timed.values())
     again = Roofline("cpu", timings=KernelTimes(path))
     assert again.time_kernels([list(_calls().values())], 60) == 0
-    assert again.op_cost(*_calls()["shifted"]) == timed[_calls()["shifted"].key]
+    assert again.call_cost(_calls()["shifted"]) == timed[_calls()["shifted"].key]
 
 
 def test_no_kernel_is_timed_without_a_budget_or_a_choice(tmp_path):
@@ -105,6 +106,20 @@ def test_a_new_timing_changes_the_models_fingerprint(tmp_path):
 def test_the_default_model_times_this_devices_kernels_a_named_profile_does_not():
     assert Roofline().timed_ops == {"conv2d", "conv2d_bias_act"}
     assert not Roofline("cpu").timed_ops and not Roofline("h100").timed_ops
+
+
+def test_a_kernel_is_timed_with_its_weights_as_constants_where_the_program_has_them(tmp_path):
+    """XLA lays out (or folds what is computed from) a constant kernel once: the timing of a conv of a
+    weight is not the timing of a conv of an argument, and the program's own is read."""
+    b = Builder()
+    x = b.input("x", (2, 8, 2, 2))
+    w = b.param("w", (8, 8, 3, 3), data=np.ones((8, 8, 3, 3), np.float32))
+    program = b.build(b.relu(b.conv2d(x, w, padding=(1, 1, 1, 1))))
+    path = tmp_path / "kernels.json"
+    model = Roofline("cpu", timings=KernelTimes(path, repeats=1))
+    eqsat.optimize(program, RULES, cost=model, limits=Limits(kernel_seconds=60))
+    constant = {c._replace(constant=(False, True)).key for c in _calls().values()}
+    assert set(json.loads(path.read_text())) == constant
 
 
 def test_two_processes_timing_into_one_table_keep_both(tmp_path, monkeypatch):

@@ -52,7 +52,7 @@ class Fused:
     def __init__(self, program: Program, epilogues: bool = False) -> None:
         self.epilogues = epilogues
         self.live = program.live_ops()
-        self.folded = folded_ops(program)
+        self.folded = folded_ops(program)[0]
         self.producer: dict[int, Op] = {id(v): op for op in self.live for v in op.outputs}
         self.readers: dict[int, list[Op]] = {}
         for op in self.live:
@@ -198,6 +198,7 @@ class XlaFusion(Roofline):
 
     def __init__(self, device: str | Device | None = None) -> None:
         super().__init__(device)
+        self.timings, self.timed_ops = None, frozenset()  # the groups' kernels by the roofline alone
         self.name = f"xla:{self.device.name}"
         self.epilogues = self.device.name.rsplit(":", 1)[-1] != "cpu"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import statistics
 import time
@@ -32,18 +33,27 @@ from eqsat.speed import per_call
 
 
 class Call(NamedTuple):
-    """One op applied to operands of these types: what a kernel timing is of."""
+    """One op applied to operands of these types, ``constant`` saying which are known at compile time
+    (weights: XLA lays them out, or folds what is computed from them, once): what a kernel timing is
+    of. XLA:CPU ran a 3x3 conv of 512 channels at 7x7 in 5.9 ms with its kernel an argument, 3.6 ms
+    with it a constant."""
 
     op: str
     attrs: dict[str, Any]
     inputs: tuple[TensorType, ...]
     output: TensorType
+    constant: tuple[bool, ...] = ()
 
     @property
     def key(self) -> str:
         """The text a timing is kept under."""
-        types = [str(t) for t in self.inputs]
+        types = [f"{t}{' constant' if c else ''}" for t, c in zip(self.inputs, self.known, strict=True)]
         return json.dumps([self.op, sorted(self.attrs.items()), types, str(self.output)])
+
+    @property
+    def known(self) -> tuple[bool, ...]:
+        """``constant``, one flag per operand."""
+        return self.constant or (False,) * len(self.inputs)
 
 
 def default_table() -> Path:
@@ -93,7 +103,8 @@ class KernelTimes:
                     break
                 few = todo[i : i + self.workers]
                 futures = [pool.submit(compiled, call) for call in few]
-                if len(wait(futures, timeout=max(end - clock(), 0.0)).done) < len(futures):
+                left = max(end - clock(), 0.0)
+                if len(wait(futures, timeout=left if math.isfinite(left) else None).done) < len(futures):
                     break
                 for call, future in zip(few, futures, strict=True):
                     fn, args = future.result()
@@ -113,16 +124,19 @@ class KernelTimes:
 
 
 def compiled(call: Call) -> tuple[Callable[..., Any], list[Any]]:
-    """``call`` alone, compiled ahead of time (inside a trace, it still runs when called), and random
-    operands for it."""
+    """``call`` alone, compiled ahead of time (inside a trace, it still runs when called), its constant
+    operands random constants, and random values of the others."""
     from eqsat.lowering import lower
     from eqsat.numerics import random_array
 
     program = Program()
-    values = [program.add_input(f"x{i}", t) for i, t in enumerate(call.inputs)]
-    program.add_output(program.add_op(call.op, values, **call.attrs))
     rng = np.random.default_rng(0)
-    args = [random_array(t, rng) for t in call.inputs]
+    values = [
+        program.add_param(f"w{i}", t, random_array(t, rng)) if known else program.add_input(f"x{i}", t)
+        for i, (t, known) in enumerate(zip(call.inputs, call.known, strict=True))
+    ]
+    program.add_output(program.add_op(call.op, values, **call.attrs))
+    args = [random_array(v.type, rng) for v in program.inputs]
     return jax.jit(lower(program)).lower(*args).compile(), args
 
 

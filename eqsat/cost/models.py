@@ -48,19 +48,31 @@ class CostModel:
         it timed. The base model times none."""
         return 0
 
+    def call_cost(self, call: Call) -> float:
+        """The cost of ``call``, knowing which operands are known at compile time (``Call.constant``);
+        a model that times no kernels prices it as ``op_cost`` does."""
+        return self.op_cost(call.op, call.attrs, call.inputs, call.output)
+
     def program_cost(self, program: Program) -> float:
         """The DAG cost of a program: every live op once; ops XLA folds at compile time (weights
         packed, laid out or rescaled: see ``Serialized.constant_classes``) are free."""
-        folded = folded_ops(program)
-        return sum(
-            self.op_cost(op.name, op.attrs, [v.type for v in op.inputs], op.outputs[0].type)
-            for op in program.live_ops()
-            if id(op) not in folded
-        )
+        folded, constant = folded_ops(program)
+        total = 0.0
+        for op in program.live_ops():
+            if id(op) in folded:
+                continue
+            types = tuple(v.type for v in op.inputs)
+            if op.name in self.timed_ops:
+                known = tuple(id(v) in constant for v in op.inputs)
+                total += self.call_cost(Call(op.name, op.attrs, types, op.outputs[0].type, known))
+            else:
+                total += self.op_cost(op.name, op.attrs, types, op.outputs[0].type)
+        return total
 
 
-def folded_ops(program: Program) -> set[int]:
-    """The ids of the ops XLA computes at compile time (``eqsat.ops.folds``)."""
+def folded_ops(program: Program) -> tuple[set[int], set[int]]:
+    """The ids of the ops XLA computes at compile time (``eqsat.ops.folds``), and of the values known
+    then (parameters with values, and what those ops compute)."""
     constant = {id(p) for p in program.params if p.name in program.param_values}
     fulls: set[int] = set()
     folded: set[int] = set()
@@ -71,7 +83,7 @@ def folded_ops(program: Program) -> set[int]:
         elif folds(op.name, ins, constant, fulls):
             constant.add(id(op.outputs[0]))
             folded.add(id(op))
-    return folded
+    return folded, constant
 
 
 class NodeCount(CostModel):
@@ -165,13 +177,17 @@ class Roofline(CostModel):
             key = None
         except KeyError:
             pass
-        timed = None
-        if self.timings is not None and op in self.timed_ops:
-            timed = self.timings.get(Call(op, attrs, tuple(inputs), output))
-        cost = timed if timed is not None else self.estimate(op, attrs, inputs, output)
-        if key is not None and (timed is not None or op not in self.timed_ops):
-            self._known[key] = cost  # an estimate of a timed op is not kept: it may be timed next
+        if op in self.timed_ops:  # operands taken for run-time values: see ``call_cost``
+            return self.call_cost(Call(op, attrs, tuple(inputs), output))
+        cost = self.estimate(op, attrs, inputs, output)
+        if key is not None:
+            self._known[key] = cost
         return cost
+
+    def call_cost(self, call: Call) -> float:
+        """The timing of ``call`` on this device where there is one, else the roofline's estimate."""
+        timed = self.timings.get(call) if self.timings is not None and call.op in self.timed_ops else None
+        return timed if timed is not None else self.estimate(call.op, call.attrs, call.inputs, call.output)
 
     def estimate(
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
@@ -182,7 +198,7 @@ class Roofline(CostModel):
     def time_kernels(self, alternatives: Sequence[Sequence[Call]], seconds: float) -> int:
         if self.timings is None:
             return 0
-        ordered = alternatives_first(alternatives, lambda c: self.estimate(*c))
+        ordered = alternatives_first(alternatives, lambda c: self.estimate(c.op, c.attrs, c.inputs, c.output))
         return self.timings.time(ordered, seconds)
 
     def fingerprint(self) -> str | None:
