@@ -24,7 +24,7 @@ import numpy as np
 from jax import lax
 
 import eqsat
-from bench.common import interleaved, max_abs_diff, run_cases, settled
+from bench.common import interleaved, max_abs_diff, run_cases, settled_jit
 
 Array = jax.Array
 
@@ -218,14 +218,7 @@ CASES = _cases()
 def measure(name: str, repeats: int) -> dict[str, Any]:
     fn, args = CASES[name]()
     plain, again = jax.jit(fn), jax.jit(fn)
-    jitted: list[Any] = []
-
-    def optimize() -> eqsat.OptimizeResult:
-        jitted.append(eqsat.jit(fn))
-        return jitted[-1].result(*args)
-
-    first, result, timed = settled(optimize)
-    optimized = jitted[-1]
+    first, result, timed, optimized = settled_jit(lambda: eqsat.jit(fn), args)
     diff = max_abs_diff(optimized(*args), plain(*args))
     scale = max_abs_diff(plain(*args), jax.tree_util.tree_map(jnp.zeros_like, plain(*args)))
     times = interleaved(

@@ -48,6 +48,20 @@ def settled(optimize: Callable[[], Any]) -> tuple[Any, Any, list[int]]:
     return first, last, timed
 
 
+def settled_jit(make: Callable[[], Any], args: Sequence[Any]) -> tuple[Any, Any, list[int], Any]:
+    """``settled`` for an ``eqsat.jit`` function ``make()`` builds afresh each time (a new process's
+    first call), at ``args``: the first result, the last, how many kernels each timed, and the last
+    function."""
+    made: list[Any] = []
+
+    def optimize() -> Any:
+        made.append(make())
+        return made[-1].result(*args)
+
+    first, last, timed = settled(optimize)
+    return first, last, timed, made[-1]
+
+
 def run_cases(
     name: str,
     doc: str | None,
