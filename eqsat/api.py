@@ -23,6 +23,7 @@ from eqsat.extract import TIE_BREAK, Choice, alternatives, greedy_dag, greedy_tr
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
 from eqsat.lowering.control_flow import Cond, Loop
+from eqsat.ops import OPS
 from eqsat.progress import ProgressBar
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.rules import Rule, resolve
@@ -239,8 +240,8 @@ def optimize(
         finally:
             if bar is not None:
                 bar.close()
-        if measure:
-            result = _faster_as_measured(result, model)
+        if measure or _rests_on_timings(result, model, limits):
+            result = _faster_as_measured(result, model, always=not measure)
         result.report.cache = _store(key, result, program) if key else status
     result.original = program
     result.cache_key = key if result.report.cache in ("hit", "stored") else None
@@ -302,12 +303,30 @@ def _proposals_across_segments(program: Program, repeats: Repeats, job: _Job) ->
     return any(len(s) > 1 for s in spans.values())
 
 
-def _faster_as_measured(result: OptimizeResult, model: CostModel) -> OptimizeResult:
-    """``result``, or its input where the predicted gain is within ``model.error`` and the input runs
-    faster on this device (both timed)."""
+def _rests_on_timings(result: OptimizeResult, model: CostModel, limits: Limits) -> bool:
+    """Whether the extracted program runs a formulation of a timed kernel (``CostModel.timed_ops``: a
+    conv's algorithm or layout, naive or streamed attention) that the input does not: the kernels were
+    timed alone, and alone they can mislead about the program they compose (ResNet-18 at 224x224,
+    batch 1: each conv chosen ran faster alone, the program 0.85x)."""
+    if not model.timed_ops or limits.kernel_seconds <= 0 or result.program is result.original:
+        return False
+
+    def formulations(program: Program) -> set[str]:
+        return {
+            f"{op.name} {sorted(op.attrs.items())} {[str(v.type) for v in op.inputs]}"
+            for op in program.live_ops()
+            if op.name in model.timed_ops and OPS[op.name].fusion_kind != "loop"  # a transpose fuses
+        }
+
+    return not formulations(result.program) <= formulations(result.original)
+
+
+def _faster_as_measured(result: OptimizeResult, model: CostModel, always: bool = False) -> OptimizeResult:
+    """``result``, or its input where the input runs faster on this device (both timed): where the
+    predicted gain is within ``model.error``, or ``always``."""
     report = result.report
     uncertain = report.cost_before * math.exp(-model.error) < report.cost_after < report.cost_before
-    if result.program is result.original or not uncertain:
+    if result.program is result.original or not (uncertain or always):
         return result
     t = time.perf_counter()
     before, after = seconds([result.original, result.program])

@@ -79,9 +79,10 @@ def alternatives(
             spec = spec_of(node)
             if spec is not None and spec.name in ops:
                 classes = input_classes(graph, node, first)
-                ins = tuple(graph.types[c] for c in classes)
                 known = tuple(c in constants for c in classes)
-                calls.append(Call(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid], known))
+                if not all(known):  # computed at compile time otherwise: free
+                    ins = tuple(graph.types[c] for c in classes)
+                    calls.append(Call(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid], known))
         if calls:
             found.append(calls)
     return found

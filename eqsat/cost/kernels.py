@@ -158,13 +158,8 @@ def run_seconds(
 def alternatives_first(groups: Sequence[Sequence[Call]], estimate: Callable[[Call], float]) -> list[Call]:
     """The calls of ``groups`` (alternatives for one value each) in the order worth timing: groups of
     at least two alternatives (where a timing can change the choice), the costliest by ``estimate``
-    first, each group's calls together."""
-    choices = [g for g in groups if len(g) > 1]
-    choices.sort(key=lambda g: -max(estimate(c) for c in g))
-    seen: set[str] = set()
-    ordered = []
-    for call in (c for g in choices for c in g):
-        if call.key not in seen:
-            seen.add(call.key)
-            ordered.append(call)
-    return ordered
+    first, each group's calls together; then the calls that have no alternative but are part of one
+    (a transpose a layout switch takes), the costliest first."""
+    choices = sorted((g for g in groups if len(g) > 1), key=lambda g: -max(estimate(c) for c in g))
+    alone = sorted((g[0] for g in groups if len(g) == 1), key=lambda c: -estimate(c))
+    return list({c.key: c for c in (*(c for g in choices for c in g), *alone)}.values())
