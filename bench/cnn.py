@@ -188,8 +188,9 @@ def _flax_resnet18(size: int, batch: int) -> Any:
     x = jax.random.normal(next(keys), (batch, size, size, 3))
     model = FlaxResNet18()
     variables = model.init(next(keys), x)
-    stats = jax.tree_util.tree_map(
-        lambda v: jax.random.uniform(next(keys), v.shape) + 0.5, variables["batch_stats"]
+    stats = jax.tree_util.tree_map_with_path(  # means about 0, variances about 1: activations stay alive
+        lambda path, v: jax.random.uniform(next(keys), v.shape) + (0.5 if path[-1].key == "var" else -0.5),
+        variables["batch_stats"],
     )
     variables = {**variables, "batch_stats": stats}
     return (lambda x: model.apply(variables, x)), (x,)

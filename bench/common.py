@@ -71,7 +71,8 @@ def run_cases(
     argv: list[str] | None = None,
 ) -> int:
     """A benchmark's command line: ``--repeats``, ``--only`` some of ``cases``; each measured, its
-    ``line`` printed, the rows written to ``bench/<name>.json``."""
+    ``line`` printed, the rows written to ``bench/<name>.json`` (with ``--only``, in place of those
+    cases' rows there)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--only", nargs="*", choices=list(cases), help="these cases only")
@@ -80,8 +81,17 @@ def run_cases(
     for case in args.only or cases:
         rows.append(measure(case, args.repeats))
         print(line(rows[-1]), flush=True)
+    if args.only:  # the other cases' rows of the last full run stay
+        rows = merged_rows(OUT / f"{name}.json", rows, "model")
     print(f"wrote {write(name, {'repeats': args.repeats, 'rows': rows})}")
     return 0
+
+
+def merged_rows(path: Path, rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The rows in ``path`` with ``rows`` in place of those of the same ``key``, new ones last."""
+    old = json.loads(path.read_text())["rows"] if path.exists() else []
+    new = {r[key]: r for r in rows}
+    return [new.pop(r[key], r) for r in old] + list(new.values())
 
 
 def matmul_gflops(n: int = 2048, dtype: str = "float32", repeats: int = 5) -> float:

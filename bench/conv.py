@@ -120,8 +120,11 @@ def _flax(module: nn.Module, *shapes: tuple[int, ...]) -> tuple[Callable[..., An
     args = tuple(jax.random.normal(next(keys), s) for s in shapes)
     variables = module.init(next(keys), *args)
     if "batch_stats" in variables:
-        stats = jax.tree_util.tree_map(
-            lambda v: jax.random.uniform(next(keys), v.shape) + 0.5, variables["batch_stats"]
+        stats = jax.tree_util.tree_map_with_path(  # means about 0, variances about 1
+            lambda path, v: (
+                jax.random.uniform(next(keys), v.shape) + (0.5 if path[-1].key == "var" else -0.5)
+            ),
+            variables["batch_stats"],
         )
         variables = {**variables, "batch_stats": stats}
     return (lambda *a: module.apply(variables, *a)), args

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -30,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqsat
-from bench.common import OUT, interleaved, matmul_gflops, max_abs_diff, write
+from bench.common import OUT, interleaved, matmul_gflops, max_abs_diff, merged_rows, write
 from bench.library_models import linen_transformer
 from bench.memory import peak_rss_growth
 
@@ -194,15 +193,6 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _merged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of bench/long_context.json with ``rows`` in place of those of the same case."""
-    path = OUT / "long_context.json"
-    old = json.loads(path.read_text())["rows"] if path.exists() else []
-    new = {r["case"]: r for r in rows}
-    merged = [new.pop(r["case"], r) for r in old]
-    return merged + list(new.values())
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -217,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(measure(case))
         print(markdown(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     if opts.cases:  # re-measured cases replace their rows in the last full run's file
-        rows = _merged(rows)
+        rows = merged_rows(OUT / "long_context.json", rows, "case")
     path = write("long_context", {"heads": HEADS, "head_dim": HEAD_DIM, "rows": rows})
     print(markdown(rows))
     print(f"wrote {path}", file=sys.stderr)
