@@ -58,6 +58,7 @@ class Report:
     extractor: str = ""
     cache: str = ""  # "hit", "stored", "off", or why the result is not cached
     kernels_timed: int = 0  # kernels timed on this device before extraction (eqsat.cost.kernels)
+    kernels_left: int = 0  # kernels of alternatives left untimed for lack of time: a later run times them
 
     def to_json(self) -> dict[str, Any]:
         """What a cache entry keeps of this report (the timings are the process's own)."""
@@ -242,6 +243,11 @@ def optimize(
                 bar.close()
         if measure or _rests_on_timings(result, model, limits):
             result = _faster_as_measured(result, model, always=not measure)
+        if key and result.report.kernels_left:
+            status = f"not cached: {result.report.kernels_left} kernels left to time (a later run times them)"
+            key = None
+        elif key:  # under the timings it used: a later process that reads them hits
+            key, status = _cache_key(program, chosen, model, limits, f"{extractor} measure={measure}", cache)
         result.report.cache = _store(key, result, program) if key else status
     result.original = program
     result.cache_key = key if result.report.cache in ("hit", "stored") else None
@@ -458,7 +464,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     timings["saturate"] = sat.seconds - loads[0]
     sat = replace(sat, proposed={name: len(found) for name, found in proposals.items() if found})
     t = time.perf_counter()
-    timed = 0
+    timed = left = 0
     try:
         deadline.check("before extraction")
         graph = Serialized(egraph.serialize([]).to_json())  # kept for pictures, extracted or not
@@ -469,7 +475,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
             extractor, after = job.extractor, model.program_cost(best)
         else:
             constants = graph.constant_classes(enc, program.param_values)
-            timings["kernels"], timed = _time_kernels(graph, job, constants)
+            timings["kernels"], timed, left = _time_kernels(graph, job, constants)
             # the ILP gets what is left of the time (at least a moment): optimize ends near the limit
             ilp_seconds = min(limits.ilp_timeout_s, max(deadline.left(), 0.05))
             best, extractor, after = _extract(graph, enc, program, job, ilp_seconds, constants)
@@ -478,7 +484,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
         return _timed_out(original, model, timings, e, sat)
     timings["extract"] = time.perf_counter() - t - timings.get("kernels", 0.0)
     result = _chosen(original, best, after, replace(job, extractor=extractor), sat, timings)
-    report = replace(result.report, kernels_timed=timed)
+    report = replace(result.report, kernels_timed=timed, kernels_left=left)
     return replace(result, report=report, egraph=graph, outputs=[graph.roots[r] for r in enc.roots])
 
 
@@ -501,16 +507,17 @@ def _with_groups_taken(
     return best
 
 
-def _time_kernels(graph: Serialized, job: _Job, constants: frozenset[str]) -> tuple[float, int]:
+def _time_kernels(graph: Serialized, job: _Job, constants: frozenset[str]) -> tuple[float, int, int]:
     """Time the kernels of the e-graph's alternatives the cost model would otherwise estimate, within
     ``limits.kernel_seconds`` and what the time limit leaves beyond extraction: the seconds it took,
-    how many it timed."""
+    how many it timed, how many it had no time for (none where the budget is 0: no timing asked)."""
     t = time.perf_counter()
+    if job.limits.kernel_seconds <= 0 or not job.model.timed_ops:
+        return 0.0, 0, 0
     extraction = EXTRACTION_SECONDS_PER_NODE * graph.num_nodes
     seconds = min(job.limits.kernel_seconds, job.deadline.left() - 2 * extraction - KERNEL_MARGIN_S)
-    found = alternatives(graph, job.model.timed_ops, constants) if seconds > 0 else []
-    timed = job.model.time_kernels(found, seconds) if found else 0
-    return time.perf_counter() - t, timed
+    timed, left = job.model.time_kernels(alternatives(graph, job.model.timed_ops, constants), seconds)
+    return time.perf_counter() - t, timed, left
 
 
 def _chosen(

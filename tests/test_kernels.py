@@ -6,12 +6,13 @@ fast this machine runs a kernel."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
 
 import eqsat
-from eqsat import Builder, Limits, Roofline
+from eqsat import Builder, Limits, Roofline, config
 from eqsat.cost import kernels
 from eqsat.cost.kernels import Call, KernelTimes, alternatives_first
 from eqsat.ir import TensorType
@@ -56,7 +57,7 @@ def test_optimize_times_each_alternative_once_then_reads_the_table(tmp_path):
     timed = json.loads(path.read_text())
     assert set(timed) == {c.key for c in _calls().values()} and all(s > 0 for s in timed.values())
     again = Roofline("cpu", timings=KernelTimes(path))
-    assert again.time_kernels([list(_calls().values())], 60) == 0
+    assert again.time_kernels([list(_calls().values())], 60) == (0, 0)
     assert again.call_cost(_calls()["shifted"]) == timed[_calls()["shifted"].key]
 
 
@@ -136,8 +137,6 @@ def test_two_processes_timing_into_one_table_keep_both(tmp_path, monkeypatch):
 
 def test_a_compilation_running_past_the_budget_is_left_unused(tmp_path, monkeypatch):
     """Optimization goes on to extraction when the time is up, not when a slow compilation ends."""
-    import time
-
     monkeypatch.setattr(kernels, "compiled", lambda call: time.sleep(5))
     table = KernelTimes(tmp_path / "kernels.json", workers=1)
     start = time.perf_counter()
@@ -176,3 +175,22 @@ def test_a_program_resting_on_kernels_timed_alone_is_timed_whole(tmp_path):
     assert _algorithms(result.program) in (["shifted"], ["direct"])
     unchecked = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=0))
     assert _algorithms(unchecked.program) == ["shifted"] and "measured" not in unchecked.report.note
+
+
+def test_a_later_process_reading_the_timings_hits_the_cache(tmp_path, monkeypatch):
+    """An optimization is cached under the timings it used, not those it started from: the next
+    process, whose table holds them, skips optimizing. One that had no time to time them all is not
+    cached, so a later one times the rest."""
+    monkeypatch.setattr(config, "cache_dir", tmp_path)
+    monkeypatch.setattr(kernels, "run_seconds", lambda fn, args, repeats, enough_s: 1e-3)
+    limits = Limits(kernel_seconds=60)
+    model = Roofline("cpu", timings=KernelTimes(tmp_path / "k.json"))
+    first = eqsat.optimize(_conv(), RULES, cost=model, limits=limits, cache=True)
+    assert first.report.kernels_timed and not first.report.kernels_left and first.report.cache == "stored"
+    later = Roofline("cpu", timings=KernelTimes(tmp_path / "k.json"))  # a new process reads the table
+    assert eqsat.optimize(_conv(), RULES, cost=later, limits=limits, cache=True).report.cache == "hit"
+
+    monkeypatch.setattr(kernels, "compiled", lambda call: time.sleep(5))
+    model = Roofline("cpu", timings=KernelTimes(tmp_path / "other.json"))
+    short = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=0.2), cache=True)
+    assert short.report.kernels_left == 3 and "left to time" in short.report.cache

@@ -42,11 +42,11 @@ class CostModel:
     timed_ops: frozenset[str] = frozenset()
     """The ops whose alternatives the model would have timed before extraction (``time_kernels``)."""
 
-    def time_kernels(self, alternatives: Sequence[Sequence[Call]], seconds: float) -> int:
+    def time_kernels(self, alternatives: Sequence[Sequence[Call]], seconds: float) -> tuple[int, int]:
         """Before extraction: time, within ``seconds``, the calls of ``timed_ops`` among the e-graph's
         ``alternatives`` (one sequence per value) that the model would otherwise estimate; how many
-        it timed. The base model times none."""
-        return 0
+        it timed, and how many it left untimed. The base model times none."""
+        return 0, 0
 
     def call_cost(self, call: Call) -> float:
         """The cost of ``call``, knowing which operands are known at compile time (``Call.constant``);
@@ -195,11 +195,12 @@ class Roofline(CostModel):
         """The roofline's seconds, timings aside."""
         return sum(self.kernel_seconds(k) for k in phases(op, attrs, inputs, output))
 
-    def time_kernels(self, alternatives: Sequence[Sequence[Call]], seconds: float) -> int:
+    def time_kernels(self, alternatives: Sequence[Sequence[Call]], seconds: float) -> tuple[int, int]:
         if self.timings is None:
-            return 0
+            return 0, 0
         ordered = alternatives_first(alternatives, lambda c: self.estimate(c.op, c.attrs, c.inputs, c.output))
-        return self.timings.time(ordered, seconds)
+        timed = self.timings.time(ordered, seconds) if seconds > 0 else 0
+        return timed, sum(self.timings.get(c) is None for c in ordered)
 
     def fingerprint(self) -> str | None:
         return repr(self.device) + (f" timings {self.timings.fingerprint()}" if self.timings else "")
