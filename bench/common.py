@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from eqsat.config import config
 from eqsat.speed import per_call
 
 OUT = Path(__file__).resolve().parent
@@ -39,12 +40,17 @@ MAX_ROUNDS = 10
 
 def settled(optimize: Callable[[], Any]) -> tuple[Any, Any, list[int]]:
     """Optimize (``optimize()`` returns an ``OptimizeResult``) until an optimization times no new
-    kernel, as later processes would: the first result, the last, and how many kernels each timed."""
-    first = last = optimize()
-    timed = [first.report.kernels_timed]
-    while timed[-1] and len(timed) < MAX_ROUNDS:
-        last = optimize()
-        timed.append(last.report.kernels_timed)
+    kernel, as later processes would with all the time they need (the program cache off: it would
+    keep the first round's choice): the first result, the last, and how many kernels each timed."""
+    cached, config.enable_cache = config.enable_cache, False
+    try:
+        first = last = optimize()
+        timed = [first.report.kernels_timed]
+        while timed[-1] and len(timed) < MAX_ROUNDS:
+            last = optimize()
+            timed.append(last.report.kernels_timed)
+    finally:
+        config.enable_cache = cached
     return first, last, timed
 
 

@@ -243,10 +243,7 @@ def optimize(
                 bar.close()
         if measure or _rests_on_timings(result, model, limits):
             result = _faster_as_measured(result, model, always=not measure)
-        if key and result.report.kernels_left:
-            status = f"not cached: {result.report.kernels_left} kernels left to time (a later run times them)"
-            key = None
-        elif key:  # under the timings it used: a later process that reads them hits
+        if key:  # under the timings it used: a later process that reads them hits
             key, status = _cache_key(program, chosen, model, limits, f"{extractor} measure={measure}", cache)
         result.report.cache = _store(key, result, program) if key else status
     result.original = program

@@ -344,7 +344,7 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="seconds to spend timing this device's kernels not yet timed, within the time limit "
-        "(default: $EQSAT_KERNEL_SECONDS or 20; 0: none)",
+        "(default: $EQSAT_KERNEL_SECONDS or 5; 0: none)",
     )
 
 

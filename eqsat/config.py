@@ -7,7 +7,7 @@
   whether ``optimize`` and ``eqsat.jit`` reuse optimized programs from earlier processes;
 - ``cache_max_bytes`` (``$EQSAT_CACHE_MAX_BYTES``, default 256 MiB): the size the program cache is kept
   under, the least recently used entries removed first;
-- ``kernel_seconds`` (``$EQSAT_KERNEL_SECONDS``, default 20): how long one optimization may spend, before
+- ``kernel_seconds`` (``$EQSAT_KERNEL_SECONDS``, default 5): how long one optimization may spend, before
   extraction, timing kernels this device has not timed yet (``eqsat.cost.kernels``; 0: none, the
   roofline estimates them); the default of ``Limits.kernel_seconds``.
 """
@@ -49,7 +49,7 @@ class Config:
 
 
 def _from_environment() -> Config:
-    config = Config(Path.home() / ".cache" / "eqsat", True, 256 * 2**20, 20.0)
+    config = Config(Path.home() / ".cache" / "eqsat", True, 256 * 2**20, 5.0)
     for name, variable in (
         ("cache_dir", "EQSAT_CACHE_DIR"),
         ("enable_cache", "EQSAT_ENABLE_CACHE"),
