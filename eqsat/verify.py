@@ -69,7 +69,7 @@ def check_rule(
     wide = any(getattr(v, "dtype", v) in ("float64", "int64", "uint64") for v in bindings.values())
     with jax.enable_x64(wide or bool(jax.config.jax_enable_x64)):
         if rule.proposal is not None:
-            return _check_proposal(rule, rng, bindings)
+            return _check_proposal(rule, rng, bindings, dtype is None)
         return _check_example(rule, rng, bindings, dtype is None)
 
 
@@ -135,13 +135,15 @@ def _check_example(
     return RuleCheck(rule.name, compared, list(ex.roots), fired)
 
 
-def _check_proposal(rule: Rule, rng: np.random.Generator, bindings: dict[str, Any]) -> RuleCheck:
+def _check_proposal(
+    rule: Rule, rng: np.random.Generator, bindings: dict[str, Any], must_fire: bool
+) -> RuleCheck:
     """Check each alternative a program rule proposes for its example program against the value it
     stands for, on each kind of input."""
     assert rule.proposal is not None
     program = rule.proposal.subject(bindings)
     alternatives = rule.proposal.propose(program)
-    if not alternatives:
+    if not alternatives and must_fire:
         raise EqsatError(f"rule {rule.name} proposed nothing for its example {bindings}")
     extreme = tuple(k for k in EXTREME_KINDS if not (rule.assumes and k == "wide"))
     for kind in ("normal", "special") if rule.exact else ("normal", *extreme):
@@ -159,7 +161,7 @@ def _check_proposal(rule: Rule, rng: np.random.Generator, bindings: dict[str, An
                     f"rule {rule.name}: {alternative.reason}: the part standing for a value differs on "
                     f"{kind} inputs: {diff} (example {bindings})"
                 )
-    return RuleCheck(rule.name, len(alternatives), [a.reason for a in alternatives], True)
+    return RuleCheck(rule.name, len(alternatives), [a.reason for a in alternatives], bool(alternatives))
 
 
 def example_programs(rule: Rule, seed: int = 0) -> list[Program]:
