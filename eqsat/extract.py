@@ -53,14 +53,19 @@ def node_costs(
                 costs[node.id] = model.op_cost(OPAQUE, {}, ins, graph.types[cid])
             elif spec is None:
                 costs[node.id] = 0.0
-            elif spec.name in model.timed_ops:  # its timing depends on which operands are weights
-                known = tuple(c in constants for c in classes)
-                call = Call(spec.name, attrs_of(graph, node, spec), tuple(ins), graph.types[cid], known)
-                costs[node.id] = model.call_cost(call) + TIE_BREAK
-            else:
-                cost = model.op_cost(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid])
-                costs[node.id] = cost + TIE_BREAK
+            else:  # a timed kernel's cost depends on which operands are weights: ``Call.constant``
+                costs[node.id] = model.call_cost(_call(graph, node, cid, classes, constants)) + TIE_BREAK
     return costs
+
+
+def _call(graph: Serialized, node: Node, cid: str, classes: list[str], constants: frozenset[str]) -> Call:
+    """The op ``node`` of class ``cid`` applies to ``classes``, those of ``constants`` known at compile
+    time."""
+    spec = spec_of(node)
+    assert spec is not None
+    known = tuple(c in constants for c in classes)
+    ins = tuple(graph.types[c] for c in classes)
+    return Call(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid], known)
 
 
 def alternatives(
@@ -78,11 +83,9 @@ def alternatives(
         for node in nodes:
             spec = spec_of(node)
             if spec is not None and spec.name in ops:
-                classes = input_classes(graph, node, first)
-                known = tuple(c in constants for c in classes)
-                if not all(known):  # computed at compile time otherwise: free
-                    ins = tuple(graph.types[c] for c in classes)
-                    calls.append(Call(spec.name, attrs_of(graph, node, spec), ins, graph.types[cid], known))
+                call = _call(graph, node, cid, input_classes(graph, node, first), constants)
+                if not all(call.known):  # computed at compile time otherwise: free
+                    calls.append(call)
         if calls:
             found.append(calls)
     return found

@@ -63,8 +63,8 @@ def default_table() -> Path:
 
 class KernelTimes:
     """Seconds per ``Call`` on this device, read from ``path`` and written back as calls are timed.
-    ``repeats``: runs per timing after a warm-up run (fewer once a kernel has run ``enough_s``);
-    ``workers``: kernels compiled side by side (default: one per core)."""
+    ``repeats``, ``enough_s``: samples per timing, and how long one call runs for one call to be the
+    timing (``run_seconds``); ``workers``: kernels compiled side by side (default: one per core)."""
 
     def __init__(
         self,

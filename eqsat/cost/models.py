@@ -59,14 +59,10 @@ class CostModel:
         folded, constant = folded_ops(program)
         total = 0.0
         for op in program.live_ops():
-            if id(op) in folded:
-                continue
-            types = tuple(v.type for v in op.inputs)
-            if op.name in self.timed_ops:
+            if id(op) not in folded:  # a timed kernel's cost depends on which operands are weights
                 known = tuple(id(v) in constant for v in op.inputs)
+                types = tuple(v.type for v in op.inputs)
                 total += self.call_cost(Call(op.name, op.attrs, types, op.outputs[0].type, known))
-            else:
-                total += self.op_cost(op.name, op.attrs, types, op.outputs[0].type)
         return total
 
 
@@ -157,8 +153,8 @@ class Roofline(CostModel):
         by ``eqsat.calibrate``), a ``Device``, or None: this device, its calibrated profile where there
         is one, else the built-in profile of JAX's default backend (cpu, gpu -> h100, tpu -> tpu-v5e),
         and its kernel ``timings`` (``eqsat.cost.kernels``; default: the table on disk) for the ops
-        whose kernels no roofline predicts (``OpDef.timed``: convs). A named profile is the roofline
-        alone, unless ``timings`` are given."""
+        whose kernels no roofline predicts (``OpDef.timed``: convs, attention, transposes). A named
+        profile is the roofline alone, unless ``timings`` are given."""
         if device is None:
             device, timings = this_device(), timings or KernelTimes()
         self.device = get_device(device) if isinstance(device, str) else device
@@ -185,8 +181,10 @@ class Roofline(CostModel):
         return cost
 
     def call_cost(self, call: Call) -> float:
-        """The timing of ``call`` on this device where there is one, else the roofline's estimate."""
-        timed = self.timings.get(call) if self.timings is not None and call.op in self.timed_ops else None
+        """For a timed op, its timing on this device where there is one; else the roofline's estimate."""
+        if call.op not in self.timed_ops:
+            return self.op_cost(call.op, call.attrs, call.inputs, call.output)
+        timed = self.timings.get(call) if self.timings is not None else None
         return timed if timed is not None else self.estimate(call.op, call.attrs, call.inputs, call.output)
 
     def estimate(

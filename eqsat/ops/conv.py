@@ -203,11 +203,20 @@ class Window(NamedTuple):
     layout: str
 
 
-def _padded(x: Array, padding: tuple[int, ...], layout: str) -> Array:
+def _pads(padding: tuple[int, ...], layout: str) -> list[tuple[int, int]]:
+    """(before, after) per dim of 4-D data in ``layout``, from a window's (top, bottom, left, right)."""
     pads = [(0, 0)] * 4
     for i, axis in enumerate(CONV_AXES[layout].spatial):
         pads[axis] = (padding[2 * i], padding[2 * i + 1])
-    return jnp.pad(x, pads)
+    return pads
+
+
+def _tap_slices(x: Array, w: Array, window: Window) -> list[tuple[Tap, Array]]:
+    """Each tap that reads data, and the strided slice of the padded data it reads for every output."""
+    strides, padding, dilations, _, layout = window
+    padded = jnp.pad(x, _pads(padding, layout))
+    found = taps(x.shape, w.shape, strides, padding, dilations, layout)
+    return [(tap, lax.slice(padded, tap.start, tap.limit, tap.step)) for tap in found]
 
 
 def _tap_weights(w: Array, offset: tuple[int, int], groups: int, layout: str) -> Array:
@@ -244,15 +253,14 @@ def _shifted(x: Array, w: Array, window: Window) -> Array:
     slice of the padded data) times that tap's weights: a product per tap, or for a depthwise conv
     multiply-adds XLA fuses into one loop (XLA:CPU runs lax.conv's depthwise kernel 50-100x slower, and
     its dense kernel 6-30x slower at 1x1 and 2x2 maps)."""
-    strides, padding, dilations, groups, layout = window
-    padded = _padded(x, padding, layout)
-    found = taps(x.shape, w.shape, strides, padding, dilations, layout)
+    groups, layout = window.groups, window.layout
+    found = _tap_slices(x, w, window)
     if not found:
         return _padding_only(x, w, window)
-    terms = []
-    for tap in found:
-        s = _grouped(lax.slice(padded, tap.start, tap.limit, tap.step), groups, layout)
-        terms.append(_pointwise_product(s, _tap_weights(w, tap.offset, groups, layout), layout))
+    terms = [
+        _pointwise_product(_grouped(s, groups, layout), _tap_weights(w, tap.offset, groups, layout), layout)
+        for tap, s in found
+    ]
     return _ungrouped(functools.reduce(operator.add, terms), layout)
 
 
@@ -264,15 +272,12 @@ def _padding_only(x: Array, w: Array, window: Window) -> Array:
 def _im2col(x: Array, w: Array, window: Window) -> Array:
     """A conv as one product: the slices of the taps that read data stacked (the patches) times the
     stacked taps' weights, contracted over taps and channels together."""
-    strides, padding, dilations, groups, layout = window
-    padded = _padded(x, padding, layout)
-    found = taps(x.shape, w.shape, strides, padding, dilations, layout)
+    groups, layout = window.groups, window.layout
+    found = _tap_slices(x, w, window)
     if not found:
         return _padding_only(x, w, window)
-    axis = 3 if layout == "NHWC" else 1
-    slices = [lax.slice(padded, t.start, t.limit, t.step) for t in found]
-    patches = _grouped_patches(jnp.stack(slices, axis), groups, layout)
-    weights = jnp.stack([_tap_weights(w, t.offset, groups, layout) for t in found])  # (T, g, I, O)
+    patches = _grouped_patches(jnp.stack([s for _, s in found], 3 if layout == "NHWC" else 1), groups, layout)
+    weights = jnp.stack([_tap_weights(w, t.offset, groups, layout) for t, _ in found])  # (T, g, I, O)
     spec = "nhwtgi,tgio->nhwgo" if layout == "NHWC" else "ntgihw,tgio->ngohw"
     return _ungrouped(jnp.einsum(spec, patches, weights), layout)
 
@@ -326,8 +331,7 @@ def _pool2d(
     padding: tuple[int, ...],
     layout: str,
 ) -> Array:
-    dims, steps = _window(layout, window, 1), _window(layout, strides, 1)
-    pads = [(0, 0), (0, 0), *_pairs(padding)] if layout == "NCHW" else [(0, 0), *_pairs(padding), (0, 0)]
+    dims, steps, pads = _window(layout, window, 1), _window(layout, strides, 1), _pads(padding, layout)
     if kind == "max":
         return lax.reduce_window(x, np.asarray(-np.inf, x.dtype), lax.max, dims, steps, pads)
     total = lax.reduce_window(x, np.asarray(0, x.dtype), lax.add, dims, steps, pads)
