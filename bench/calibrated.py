@@ -1,8 +1,8 @@
 """Does calibrating ever make a choice slower? Programs optimized under the built-in CPU profile and
 under a profile ``eqsat.calibrate`` just measured on this machine, both reading the same kernel
-timings (the convs' and attention's, timed on this device), each timed against jax.jit, all
-interleaved in one process. Before the timed kernels, the calibrated profile turned bfloat16 causal
-attention at S = 512 into flash attention, which ran at 0.55x of jax.jit (the built-in: 1.09x).
+timings (the convs', timed on this device), each timed against jax.jit, all interleaved in one
+process. The calibrated profile's peaks once turned bfloat16 causal attention at S = 512 into flash
+attention, which ran at 0.55x of jax.jit (the built-in: 1.09x).
 
     python -m bench.calibrated            # -> bench/calibrated.json
 """

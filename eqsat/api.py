@@ -308,7 +308,7 @@ def _proposals_across_segments(program: Program, repeats: Repeats, job: _Job) ->
 
 def _rests_on_timings(result: OptimizeResult, model: CostModel, limits: Limits) -> bool:
     """Whether the extracted program runs a formulation of a timed kernel (``CostModel.timed_ops``: a
-    conv's algorithm or layout, naive or streamed attention) that the input does not: the kernels were
+    conv's algorithm or layout) that the input does not: the kernels were
     timed alone, and alone they can mislead about the program they compose (ResNet-18 at 224x224,
     batch 1: each conv chosen ran faster alone, the program 0.85x)."""
     if not model.timed_ops or limits.kernel_seconds <= 0 or result.program is result.original:

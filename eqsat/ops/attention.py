@@ -386,7 +386,6 @@ def _attention(name: str, doc: str, phases: PhasesFn, lower: object) -> OpDef:
         Attention(),
         flops=_attention_flops,
         phases=phases,
-        timed=True,  # naive or streamed: which XLA runs faster, a device's peaks do not say
         same_dtype=(0, 1, 2),
         check=_attention_operands,
         lower=lower,  # type: ignore[arg-type]
