@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from eqsat.progress import ProgressBar
+
+if TYPE_CHECKING:
+    from eqsat.ir import Program
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pir"
 
@@ -192,8 +196,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from eqsat.cost.calibrate import calibrate
 
-    if args.kernels:
-        return _time_kernels_of(args.kernels, args.kernel_seconds)
+    if args.kernels or args.common:
+        return _time_kernels_of(_programs_to_time(args), args.kernel_seconds)
     device = calibrate(
         quick=args.quick, save=not args.no_save, progress=lambda step: print(step, file=sys.stderr)
     )
@@ -201,16 +205,27 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _time_kernels_of(files: list[str], seconds: float) -> int:
-    """Time every alternative kernel of these programs this device has not timed (``--kernels``): a
-    later optimization of them reads the timings instead of spending its own time limit on them."""
+def _programs_to_time(args: argparse.Namespace) -> Iterator[tuple[str, Program]]:
+    """The files of ``--kernels``, then with ``--common`` the common CNNs' conv layers."""
+    import eqsat
+    from eqsat.common_convs import common_programs
+
+    for path in args.kernels or ():
+        yield path, eqsat.load(path)
+    if args.common:
+        yield from common_programs(args.size, args.batch)
+
+
+def _time_kernels_of(programs: Iterable[tuple[str, Program]], seconds: float) -> int:
+    """Time every alternative kernel of these programs this device has not timed: a later
+    optimization of them reads the timings instead of spending its own time limit on them."""
     import eqsat
     from eqsat.saturate import Limits
 
-    for path in files:
+    for name, program in programs:
         limits = Limits(timeout_s=seconds + 60.0, kernel_seconds=seconds)
-        report = eqsat.optimize(eqsat.load(path), limits=limits, cache=False, progress=False).report
-        print(f"{path}: {report.kernels_timed} kernels timed in {report.timings.get('kernels', 0.0):.1f} s")
+        report = eqsat.optimize(program, limits=limits, cache=False, progress=False).report
+        print(f"{name}: {report.kernels_timed} kernels timed in {report.timings.get('kernels', 0.0):.1f} s")
     return 0
 
 
@@ -323,7 +338,20 @@ def build_parser() -> argparse.ArgumentParser:
         "(the convs' formulations), so that optimizing them later reads the timings",
     )
     calibrate.add_argument(
-        "--kernel-seconds", type=float, default=600.0, help="with --kernels: at most this long per program"
+        "--common",
+        action="store_true",
+        help="instead (or as well): time the formulations of every conv layer of ResNet-18, ResNet-50 and "
+        "MobileNetV2 at --size and --batch, in both layouts (minutes; each is timed once per device)",
+    )
+    calibrate.add_argument(
+        "--size", type=int, default=224, help="with --common: the input's height and width"
+    )
+    calibrate.add_argument("--batch", type=int, default=1, help="with --common: the batch")
+    calibrate.add_argument(
+        "--kernel-seconds",
+        type=float,
+        default=600.0,
+        help="with --kernels or --common: at most this long per program",
     )
     calibrate.set_defaults(func=_calibrate)
 

@@ -176,3 +176,37 @@ def test_a_later_process_reading_the_timings_hits_the_cache(tmp_path, monkeypatc
     model = Roofline("cpu", timings=KernelTimes(tmp_path / "other.json"))
     short = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=0.2), cache=False)
     assert short.report.kernels_left == 3 and not short.report.kernels_timed
+
+
+def test_the_common_layers_follow_the_architectures_at_any_input_size():
+    """``eqsat.common_convs``: ResNet-18, ResNet-50 and MobileNetV2's layers derived from their
+    definitions, so each input size gives its own maps."""
+    from eqsat.common_convs import ConvLayer, common_layers
+
+    at_224 = common_layers(224)
+    assert ConvLayer(3, 64, 7, 2, 224) in at_224  # the ResNets' stem
+    assert ConvLayer(512, 512, 3, 1, 7) in at_224  # ResNet-18's last stage
+    assert ConvLayer(2048, 512, 1, 1, 7) in at_224  # ResNet-50's last bottleneck
+    assert ConvLayer(960, 960, 3, 1, 7, groups=960) in at_224  # MobileNetV2's last depthwise conv
+    assert len(at_224) == len(set(at_224))
+    assert ConvLayer(512, 512, 3, 1, 2) in common_layers(64)
+    assert all(layer.size >= 1 for layer in common_layers(16))
+
+
+def test_calibrate_common_times_each_layer_in_both_layouts_with_and_without_its_epilogue(
+    tmp_path, monkeypatch
+):
+    """A common layer's program (plain, biased, biased and relu) times its formulations in NCHW and,
+    through ``conv-layout``, NHWC: a network in either layout later reads them."""
+    from eqsat.cli import _time_kernels_of
+    from eqsat.common_convs import ConvLayer, layer_program
+
+    monkeypatch.setattr(config, "cache_dir", tmp_path)
+    program = layer_program(ConvLayer(8, 8, 3, 1, 4), batch=1, layout="NCHW")
+    assert _time_kernels_of([("layer", program)], seconds=120.0) == 0
+    (table,) = tmp_path.glob("kernels-*.json")
+    calls = [json.loads(key) for key in json.loads(table.read_text())]
+    timed = {(op, dict(attrs)["layout"], dict(attrs).get("act")) for op, attrs, _, _ in calls if "conv" in op}
+    for layout in ("NCHW", "NHWC"):
+        assert {("conv2d", layout, None), ("conv2d_bias_act", layout, "none")} <= timed, timed
+        assert ("conv2d_bias_act", layout, "relu") in timed, timed
