@@ -135,3 +135,72 @@ def _result_of_last_op(text: str) -> str:
     """The value the last op at the program's top level defines (the output of a printed program)."""
     top = [line.strip() for line in text.splitlines() if line.startswith("    (%")]
     return top[-1].split(")", 1)[0].strip("(").split(",")[-1].strip()
+
+
+class _Encoder(paddle.nn.Layer):
+    """An NLP encoder as PaddleNLP's ERNIE and BERT write one: token and position embeddings, a layer
+    norm, Transformer layers, and the padding mask ``((ids == pad) * -1e4).unsqueeze([1, 2])``."""
+
+    def __init__(self, vocab: int = 50, width: int = 32, pad: int = 0) -> None:
+        super().__init__()
+        self.pad = pad
+        self.tokens, self.positions = paddle.nn.Embedding(vocab, width), paddle.nn.Embedding(64, width)
+        self.norm = paddle.nn.LayerNorm(width)
+        layer = paddle.nn.TransformerEncoderLayer(width, 4, 2 * width, dropout=0.0)
+        self.encoder = paddle.nn.TransformerEncoder(layer, 2)
+
+    def forward(self, ids):
+        mask = ((ids == self.pad).astype("float32") * -1e4).unsqueeze([1, 2])
+        ones = paddle.ones_like(ids)
+        x = self.norm(self.tokens(ids) + self.positions(paddle.cumsum(ones, axis=-1) - ones))
+        return self.encoder(x, mask)
+
+
+def test_an_encoder_saved_with_dynamic_batch_and_sequence_matches_paddle_inference(tmp_path):
+    """Saved with ids of shape [None, None], as PaddleNLP exports its encoders: the mask's unsqueeze
+    declares [-1, 1, 1, -1], resolved from the bound ids; attention and layer norm become one op each."""
+    paddle.seed(0)
+    layer = _Encoder()
+    layer.eval()
+    spec = [paddle.static.InputSpec([None, None], "int64", "ids")]
+    paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(tmp_path / "encoder"))
+    path = tmp_path / "encoder.json"
+    paddle_inference = predictor(path)
+    rng = np.random.default_rng(0)
+    for shape in ((2, 16), (3, 9)):
+        result = eqsat.optimize(eqsat.load(path, shapes={"ids": shape}))
+        counts = result.program.op_counts()
+        assert counts["attention"] == 2 and counts["layer_norm"] == 5, counts
+        ids = rng.integers(1, 50, size=shape).astype(np.int64)
+        ids[0, -3:] = 0  # padding
+        (got,), (want,) = result.fn(ids), paddle_inference([ids])
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["squeeze", "unsqueeze", "flatten"])
+def test_the_shapes_squeeze_unsqueeze_and_flatten_give_are_paddles(op):
+    """The loader reshapes by the op's meaning (its dynamic dims resolved from the bound inputs): on
+    random shapes and axes, the shape Paddle gives."""
+    from eqsat.frontend.pir import _flattened, _squeezed, _unsqueezed
+
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        rank = int(rng.integers(0 if op == "flatten" else 1, 5))
+        shape = tuple(int(d) for d in rng.choice([1, 2, 3], size=rank))
+        x = paddle.zeros(shape)
+        if op == "flatten":
+            start = int(rng.integers(0, max(rank, 1)))
+            stop = int(rng.integers(start, max(rank, 1)))
+            start, stop = (start - rank, stop) if rank and rng.random() < 0.5 else (start, stop)
+            want, got = paddle.flatten(x, start, stop).shape, _flattened(shape, start, stop)
+        elif op == "squeeze":
+            axes = tuple(
+                int(a)
+                for a in rng.choice(range(-rank, rank), size=int(rng.integers(0, rank + 1)), replace=False)
+            )
+            want, got = paddle.squeeze(x, list(axes)).shape, _squeezed(shape, axes)
+        else:
+            count = int(rng.integers(1, 4))
+            axes = tuple(int(rng.integers(-rank - i - 1, rank + i + 1)) for i in range(count))
+            want, got = paddle.unsqueeze(x, list(axes)).shape, _unsqueezed(shape, axes)
+        assert tuple(want) == got, (op, shape, want, got)

@@ -645,11 +645,62 @@ def _hard_activation(r: _Reader, line: Line) -> list[Value]:
     return [r.add(line, "div", [r.add(line, "mul", [x, gate]), six])]
 
 
-def _to_declared_shape(r: _Reader, line: Line) -> list[Value]:
-    """``pd.squeeze`` / ``pd.unsqueeze`` / ``pd.flatten``: a reshape to the declared result shape; one
-    dynamic (-1) dim there (a dynamic batch) holds the elements the others leave."""
+def _squeezed(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    """Paddle's squeeze: the dims of size 1 among ``axes`` (every dim of size 1 where none) removed."""
+    gone = {a % len(shape) for a in axes} if axes else set(range(len(shape)))
+    return tuple(d for i, d in enumerate(shape) if not (i in gone and d == 1))
+
+
+def _unsqueezed(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    """Paddle's unsqueeze: a 1 inserted at each axis in turn, a negative one counted from the end of
+    the shape as it is then."""
+    out = list(shape)
+    for axis in axes:
+        out.insert(axis + len(out) + 1 if axis < 0 else axis, 1)
+    return tuple(out)
+
+
+def _flattened(shape: tuple[int, ...], start: int, stop: int) -> tuple[int, ...]:
+    """Paddle's flatten: the dims from ``start`` to ``stop`` (both included) as one."""
+    if not shape:
+        return (1,)
+    start, stop = start % len(shape), stop % len(shape)
+    return (*shape[:start], prod(shape[start : stop + 1]), *shape[stop + 1 :])
+
+
+def _meant_shape(r: _Reader, line: Line, x: Value) -> tuple[int, ...] | None:
+    """The result shape ``pd.squeeze`` / ``pd.unsqueeze`` / ``pd.flatten`` gives ``x``, by the op's
+    meaning (its axes a constant, or its attributes); None where the axes are not known."""
+    kind = _canonical(line.name)
+    if kind == "pd.flatten":
+        start, stop = line.attrs.get("start_axis", 1), line.attrs.get("stop_axis", -1)
+        if not isinstance(start, int) or not isinstance(stop, int):
+            return None
+        return _flattened(x.type.shape, start, stop)
+    if len(line.operands) < 2 or not r.is_constant(line.operands[1]):
+        return None
+    axes = r.int_array(line, line.operands[1])
+    if any(not -x.type.rank - len(axes) <= a <= x.type.rank + len(axes) for a in axes):
+        raise ParseError(f"axes {list(axes)} out of range for {x.type}", line=line.number, op=line.name)
+    return _squeezed(x.type.shape, axes) if kind == "pd.squeeze" else _unsqueezed(x.type.shape, axes)
+
+
+def _reshaped_as_meant(r: _Reader, line: Line) -> list[Value]:
+    """``pd.squeeze`` / ``pd.unsqueeze`` / ``pd.flatten``: a reshape to the shape the op gives its
+    input (its dynamic dims resolved from the bound inputs), which must agree with the declared one
+    where that is static; with unknown axes, the declared shape, one dynamic (-1) dim there (a
+    dynamic batch) holding the elements the others leave."""
     x = r.tensor(line, line.operands[0])
     shape, _ = _parse_type(line, line.out_types[0]) if line.out_types else ((DYNAMIC, DYNAMIC), "")
+    meant = _meant_shape(r, line, x)
+    if meant is not None:
+        if len(meant) != len(shape) or any(d not in (DYNAMIC, m) for d, m in zip(shape, meant, strict=False)):
+            raise ParseError(
+                f"gives {x.type} the shape {list(meant)}, declared {list(shape)}",
+                line=line.number,
+                op=line.name,
+            )
+        return [r.add(line, "reshape", [x], shape=meant)]
     known = prod(d for d in shape if d != DYNAMIC)
     if shape.count(DYNAMIC) > 1 or (DYNAMIC in shape and (known == 0 or x.type.size % known)):
         raise ParseError(f"the result shape {list(shape)} is dynamic (-1)", line=line.number, op=line.name)
@@ -822,6 +873,31 @@ def _batch_norm(r: _Reader, line: Line) -> Results:
     reserve = Value(TensorType((0,), "uint8"))
     r.dynamic.add(id(reserve))
     return [y, mean, var, mean, var, reserve][: len(line.results)]
+
+
+def _layer_norm(r: _Reader, line: Line) -> Results:
+    """``pd.layer_norm(x, scale, bias)`` over the last axis of a float32 or float64 ``x`` is
+    ``layer_norm`` (an absent scale is 1, an absent bias 0); its mean and variance results are the
+    statistics over that axis. Other axes and half-precision ``x`` (whose statistics
+    Paddle keeps in float32) stay opaque."""
+    x = r.tensor(line, line.operands[0])
+    last = x.type.rank - 1
+    begin = line.attrs.get("begin_norm_axis", 1)
+    if len(line.operands) != 3 or x.type.dtype not in ("float32", "float64") or begin not in (last, -1):
+        return _opaque(r, line)
+    channels, dtype = (x.type.shape[-1],), x.type.dtype
+    params = []
+    for name, fill in zip(line.operands[1:], (1.0, 0.0), strict=True):
+        value = None if name == NULL_VALUE else r.tensor(line, name)
+        if value is not None and value.type != TensorType(channels, dtype):
+            return _opaque(r, line)
+        params.append(value or r.add(line, "full", [], shape=channels, value=fill, dtype=dtype))
+    epsilon = _number(line, "epsilon", 1e-5)
+    y = r.add(line, "layer_norm", [x, *params], epsilon=epsilon)
+    centered = r.add(line, "sub", [x, r.add(line, "reduce_mean", [x], axis=last, keepdim=1)])
+    mean = r.add(line, "reduce_mean", [x], axis=last)
+    variance = r.add(line, "reduce_mean", [r.add(line, "mul", [centered, centered])], axis=last)
+    return [y, mean, variance][: len(line.results)]
 
 
 def _pool2d(r: _Reader, line: Line) -> Results:
@@ -1029,6 +1105,7 @@ HANDLERS: dict[str, Handler] = {
     "pd.conv2d": _conv2d,
     "pd.depthwise_conv2d": _conv2d,
     "pd.fused_conv2d_add_act": _fused_conv2d_add_act,
+    "pd.layer_norm": _layer_norm,
     "pd.batch_norm_": _batch_norm,
     "pd.batch_norm": _batch_norm,
     "pd.pool2d": _pool2d,
@@ -1040,9 +1117,9 @@ HANDLERS: dict[str, Handler] = {
     "pd.silu": _silu,
     "pd.swish": _silu,
     **dict.fromkeys(("pd.relu6", "pd.hardtanh", "pd.hardsigmoid", "pd.hardswish"), _hard_activation),
-    "pd.squeeze": _to_declared_shape,
-    "pd.unsqueeze": _to_declared_shape,
-    "pd.flatten": _to_declared_shape,
+    "pd.squeeze": _reshaped_as_meant,
+    "pd.unsqueeze": _reshaped_as_meant,
+    "pd.flatten": _reshaped_as_meant,
     "pd.split_with_num": _split_with_num,
     "pd.shape": _shape_of,
     "pd.shape64": _shape_of,
@@ -1065,7 +1142,7 @@ def _check_declared(line: Line, results: Results) -> None:
         want = TensorType(tuple(g if d == DYNAMIC else d for d, g in dims), dtype)
         if len(shape) != got.type.rank or got.type != want:
             raise ParseError(
-                f"declared type of {name} is {want} but the op gives {got.type}",
+                f"declared type of {name} is {text.strip()} but the op gives {got.type}",
                 line=line.number,
                 op=line.name,
             )
