@@ -424,14 +424,53 @@ def _source_index(
     return (i + 0.5) * ratio - 0.5 if half_pixel else i * ratio
 
 
-def _interpolate(x: jax.Array, *_: jax.Array, interp_method: str, **attrs: Any) -> jax.Array:
+def _operand_groups(tensors: tuple[Any, ...], operands: str) -> list[Any]:
+    """The operands after the first, by the layout ``operands`` records: a tensor (``t``), None where
+    absent (``n``), or a list of n (``l<n>``)."""
+    present = iter(tensors)
+    groups: list[Any] = []
+    for kind in operands.split(",")[1:]:
+        if kind == "n":
+            groups.append(None)
+        elif kind.startswith("l"):
+            groups.append([next(present) for _ in range(int(kind[1:]))])
+        else:
+            groups.append(next(present))
+    return groups
+
+
+def _known_ints(op: str, what: str, values: Any) -> list[float]:
+    """The numbers in an operand that sizes a result: known when the program is read (shape arithmetic
+    on the bound inputs), not computed from tensor values."""
+    parts = values if isinstance(values, list) else [values]
+    if any(isinstance(v, jax.core.Tracer) for v in parts):
+        raise UnsupportedError(f"{op}: its {what} is computed from tensor values, not from shapes")
+    return [float(v) for part in parts for v in np.asarray(part).ravel()]
+
+
+def _interpolate(
+    x: jax.Array, *tensors: jax.Array, interp_method: str, operands: str = "t", **attrs: Any
+) -> jax.Array:
     """``nearest_interp`` / ``bilinear_interp`` (NCHW) to out_h × out_w (or by ``scale``), with Paddle's
     align_corners and align_mode: nearest reads floor(i · ratio); bilinear blends the two neighbours of
-    (i + 0.5) · ratio - 0.5 (align_mode 0) or of i · ratio (align_mode 1), clamped to the input."""
+    (i + 0.5) · ratio - 0.5 (align_mode 0) or of i · ratio (align_mode 1), clamped to the input. As
+    Paddle sizes it: a ``size_tensor`` list gives the size (no scale); else the scale (``scale_tensor``,
+    else the attribute) and then an ``out_size`` tensor (such as another tensor's shape) override
+    out_h and out_w."""
+    op = f"pd_op.{interp_method}_interp"
+    out_size, sizes, scale_tensor = ([*_operand_groups(tensors, operands), None, None, None])[:3]
     height, width = x.shape[-2:]
-    scale = [float(s) for s in attrs.get("scale", ())] or [0.0, 0.0]
+    scale = [float(s) for s in attrs.get("scale", ())]
+    if scale_tensor is not None:
+        scale = _known_ints(op, "scale", scale_tensor)
+    scale = (scale * 2)[:2] if scale else [0.0, 0.0]
     out_h = attrs["out_h"] if attrs["out_h"] > 0 else int(height * scale[0])
     out_w = attrs["out_w"] if attrs["out_w"] > 0 else int(width * scale[1])
+    if out_size is not None:
+        out_h, out_w = (int(v) for v in _known_ints(op, "output size", out_size)[:2])
+    if sizes:
+        out_h, out_w = (int(v) for v in _known_ints(op, "output size", sizes)[:2])
+        scale = [0.0, 0.0]
     corners = bool(attrs.get("align_corners", 0))
     for axis, (size, out, s) in enumerate(zip((height, width), (out_h, out_w), scale, strict=True)):
         axis = x.ndim - 2 + axis

@@ -262,6 +262,21 @@ CASES = [
         lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear", align_mode=1),
         (IMAGE,),
     ),
+    Case(  # PaddleSeg's resize to the input's size: out_size from shape64 -> slice -> cast
+        "bilinear_interp-size-of-a-tensor",
+        lambda x, y: F.interpolate(x, size=paddle.shape(y)[2:], mode="bilinear"),
+        (IMAGE, _x(1, 2, 9, 5)),
+    ),
+    Case(  # a size list of a shape piece and a number: size_tensor
+        "nearest_interp-size-list",
+        lambda x, y: F.interpolate(x, size=[paddle.shape(y)[2], 4], mode="nearest"),
+        (IMAGE, _x(1, 2, 9, 5)),
+    ),
+    Case(
+        "bilinear_interp-scale-tensor",
+        lambda x: F.interpolate(x, scale_factor=paddle.to_tensor([1.5, 2.0]), mode="bilinear"),
+        (IMAGE,),
+    ),
     Case("shape64-full_with_tensor", lambda x: paddle.full(paddle.shape(x), 2.0) + x, (X,)),
     Case("shape", lambda x: paddle.full(paddle._C_ops.shape(x), 2.0) + x, (X,)),
     Case("rnn-lstm", lambda x: paddle.nn.LSTM(4, 6, num_layers=2)(x), (_x(2, 3, 4),)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import paddle
+import paddle.nn.functional as F
 import pytest
 
 import eqsat
@@ -204,3 +205,40 @@ def test_the_shapes_squeeze_unsqueeze_and_flatten_give_are_paddles(op):
             axes = tuple(int(rng.integers(-rank - i - 1, rank + i + 1)) for i in range(count))
             want, got = paddle.unsqueeze(x, list(axes)).shape, _unsqueezed(shape, axes)
         assert tuple(want) == got, (op, shape, want, got)
+
+
+class _Segmenter(paddle.nn.Layer):
+    """A segmentation network as PaddleSeg's PP-LiteSeg and BiSeNet write one: a strided backbone, a
+    context branch resized to a detail branch's size, and logits resized to the input's size, every
+    size read from another tensor's shape (``paddle.shape(y)[2:]``)."""
+
+    def __init__(self, classes: int = 3) -> None:
+        super().__init__()
+        self.detail = paddle.nn.Sequential(paddle.nn.Conv2D(3, 8, 3, stride=2, padding=1), paddle.nn.ReLU())
+        self.context = paddle.nn.Sequential(paddle.nn.Conv2D(8, 8, 3, stride=2, padding=1), paddle.nn.ReLU())
+        self.head = paddle.nn.Conv2D(8, classes, 1)
+
+    def forward(self, x):
+        detail = self.detail(x)
+        context = F.interpolate(self.context(detail), size=paddle.shape(detail)[2:], mode="bilinear")
+        logits = self.head(detail + context)
+        return F.interpolate(logits, size=paddle.shape(x)[2:], mode="bilinear", align_corners=False)
+
+
+def test_a_segmenter_resizing_to_other_tensors_sizes_matches_paddle_inference(tmp_path):
+    """Saved with ``[None, 3, None, None]``, as PaddleSeg exports: each resize's size comes through
+    ``shape64 -> slice -> cast``, computed from the call's shapes as the program is read."""
+    paddle.seed(0)
+    layer = _Segmenter()
+    layer.eval()
+    spec = [paddle.static.InputSpec([None, 3, None, None], "float32", "x")]
+    paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(tmp_path / "seg"))
+    path = tmp_path / "seg.json"
+    fn = eqsat.optimize(eqsat.load(path)).fn  # specializes on each call's shapes
+    paddle_inference = predictor(path)
+    rng = np.random.default_rng(0)
+    for shape in ((2, 3, 32, 32), (1, 3, 24, 40)):
+        x = rng.normal(size=shape).astype(np.float32)
+        (got,), (want,) = fn(x), paddle_inference([x])
+        assert got.shape == want.shape == (shape[0], 3, *shape[2:])
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)

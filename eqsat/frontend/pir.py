@@ -29,7 +29,7 @@ import numpy as np
 from eqsat.errors import ParseError, ShapeError
 from eqsat.frontend.paddle_json import json_lines
 from eqsat.frontend.paddle_params import Params, bind_params
-from eqsat.ir import Op, Program, TensorType, Value
+from eqsat.ir import Op, Program, TensorType, Value, new_op
 from eqsat.lowering.control_flow import Cond, Loop
 from eqsat.ops import FLOAT_DTYPES, OPAQUE, OPS
 from eqsat.ops.conv import CONV_AXES
@@ -51,6 +51,7 @@ _SPELLED = {name: op for op in OPS.values() for name in op.paddle}
 Results = Sequence[Value | list[Value]]
 _IGNORED_ATTRS = {"place", "stop_gradient", "persistable"}
 _MAX_KEPT_CONSTANT = 4096  # elements of a constant whose contents the reader keeps
+_MAX_SHAPE_ARITHMETIC = 64  # elements of an op's result the reader computes from integer constants
 
 
 class _Scope(dict[str, "Value | list[Value]"]):
@@ -163,10 +164,34 @@ class _Reader:
         )
 
     def add(self, line: Line, name: str, inputs: list[Value], **attrs: object) -> Value:
+        """A canonical op of ``inputs``; computed now, as a constant, where they are all known small
+        constants (shape arithmetic: a cast of a shape that sizes a resize)."""
         try:
-            return self.program.add_op(name, inputs, **attrs)  # type: ignore[arg-type]
+            op = new_op(name, inputs, **attrs)  # type: ignore[arg-type]
         except ShapeError as e:
             raise ParseError(str(e), line=line.number, op=line.name) from None
+        data = self._computed(op)
+        if data is None:
+            self.program.ops.append(op)
+            return op.output
+        value = self.program.add_param(f"folded{len(self.program.params)}", op.output.type, data)
+        self.consts[id(value)] = data
+        return value
+
+    def _computed(self, op: Op) -> np.ndarray | None:
+        """``op``'s result where it is shape arithmetic (a few integers, computed from known integer
+        operands), else None: constants of other kinds stay ops the rules see (a ``full`` broadcast)."""
+        known = [self.consts.get(id(v)) for v in op.inputs]
+        lower = OPS[op.name].lower
+        if not known or lower is None or op.output.type.size > _MAX_SHAPE_ARITHMETIC:
+            return None
+        if any(k is None or k.dtype.kind not in "iub" for k in known):
+            return None
+        import jax
+
+        with jax.enable_x64(True):  # int64 shape arithmetic as written
+            data = np.asarray(lower(*known, **op.attrs))  # type: ignore[operator]
+        return data.astype(op.output.type.dtype) if data.shape == op.output.type.shape else None
 
 
 def _arity(line: Line, n: int) -> None:
@@ -1018,6 +1043,18 @@ def _shape_of(r: _Reader, line: Line) -> list[Value]:
     return [r.constant(line, line.results[0], np.asarray(x.type.shape))]
 
 
+def _assign_value(r: _Reader, line: Line) -> list[Value]:
+    """``pd.assign_value_(x) {shape, values}`` (``paddle.to_tensor`` in ``to_static`` code): a constant
+    of the listed values, in the declared dtype."""
+    values, shape = line.attrs.get("values"), line.attrs.get("shape")
+    if not isinstance(values, tuple | list) or not isinstance(shape, tuple | list):
+        raise ParseError("needs its values and shape as attributes", line=line.number, op=line.name)
+    data = np.asarray(values)
+    if data.size != prod(shape):
+        raise ParseError(f"{data.size} values for the shape {list(shape)}", line=line.number, op=line.name)
+    return [r.constant(line, line.results[0], data.reshape(tuple(shape)))]
+
+
 def _inferred_shapes(
     line: Line, ins: list[Value], attrs: dict, constants: Mapping[int, np.ndarray]
 ) -> list[tuple[int, ...]]:
@@ -1123,6 +1160,7 @@ HANDLERS: dict[str, Handler] = {
     "pd.split_with_num": _split_with_num,
     "pd.shape": _shape_of,
     "pd.shape64": _shape_of,
+    "pd.assign_value_": _assign_value,
     "pd.fc": _fc,
     "pd.multihead_matmul": _multihead_matmul,
     **dict.fromkeys(_SPELLED, _spelled),
