@@ -107,6 +107,52 @@ def _conv2d(
     )
 
 
+def _conv2d_transpose(
+    x: jax.Array,
+    w: jax.Array,
+    output_size: Any = None,
+    *,
+    strides: tuple[int, ...],
+    paddings: tuple[int, ...],
+    output_padding: tuple[int, ...] = (),
+    dilations: tuple[int, ...] = (1, 1),
+    groups: int = 1,
+    data_format: str = "NCHW",
+    padding_algorithm: str = "EXPLICIT",
+    **_: Any,
+) -> jax.Array:
+    """``pd_op.conv2d_transpose`` (filters (C_in, C_out / groups, kh, kw)): the gradient of a conv, as
+    a conv of the input dilated by the strides with the flipped kernel; each spatial size is
+    ``(size - 1) * stride - pads + dilation * (k - 1) + 1`` plus ``output_padding``, or the requested
+    ``output_size``."""
+    if padding_algorithm == "SAME":
+        raise UnsupportedError("pd_op.conv2d_transpose with padding_algorithm SAME")
+    spatial = (2, 3) if data_format == "NCHW" else (1, 2)
+    pads = (0, 0, 0, 0) if padding_algorithm == "VALID" else tuple(paddings)
+    pads = (pads[0], pads[0], pads[1], pads[1]) if len(pads) == 2 else pads
+    kh, kw = w.shape[2:]
+    wanted = [int(v) for v in np.ravel(np.asarray(output_size))] if output_size is not None else []
+    padding = []
+    for i, (axis, k) in enumerate(zip(spatial, (kh, kw), strict=True)):
+        reach = dilations[i] * (k - 1)
+        size = (x.shape[axis] - 1) * strides[i] - pads[2 * i] - pads[2 * i + 1] + reach + 1
+        extra = wanted[i] - size if wanted else (output_padding[i] if output_padding else 0)
+        padding.append((reach - pads[2 * i], reach - pads[2 * i + 1] + extra))
+    c_in, c_out = w.shape[0], w.shape[1] * groups
+    kernel = w.reshape(groups, c_in // groups, c_out // groups, kh, kw).transpose(0, 2, 1, 3, 4)
+    kernel = jnp.flip(kernel.reshape(c_out, c_in // groups, kh, kw), axis=(2, 3))
+    return jax.lax.conv_general_dilated(
+        x,
+        kernel,
+        (1, 1),
+        padding,
+        lhs_dilation=tuple(strides),
+        rhs_dilation=tuple(dilations),
+        dimension_numbers=(data_format, "OIHW", data_format),
+        feature_group_count=groups,
+    )
+
+
 def _fused_conv2d_add_act(
     x: jax.Array, w: jax.Array, *tensors: jax.Array, activation: str, operands: str = "t,t,t,t", **attrs: Any
 ) -> tuple[jax.Array]:
@@ -146,6 +192,7 @@ def _batch_norm(
 
 
 register_opaque("pd_op.conv2d", _conv2d)
+register_opaque("pd_op.conv2d_transpose", _conv2d_transpose)
 register_opaque("pd_op.fused_conv2d_add_act", _fused_conv2d_add_act)
 register_opaque("pd_op.batch_norm_", _batch_norm)
 register_opaque("pd_op.pow", _pow)
@@ -295,6 +342,9 @@ def _roll(x: jax.Array, shifts: Any, *, axis: Any = (), **_: Any) -> jax.Array:
 
 
 register_opaque("pd_op.roll", _roll)
+register_opaque("pd_op.triu", lambda x, *, diagonal=0, **_: jnp.triu(x, diagonal))
+register_opaque("pd_op.tril", lambda x, *, diagonal=0, **_: jnp.tril(x, diagonal))
+register_opaque("pd_op.meshgrid", lambda *xs, **_: tuple(jnp.meshgrid(*xs, indexing="ij")))
 register_opaque("pd_op.stack", lambda *xs, axis, **_: jnp.stack(xs, axis=axis))
 register_opaque(
     "pd_op.argmax",

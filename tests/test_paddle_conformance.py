@@ -186,6 +186,29 @@ CASES = [
     Case("stack", lambda x, y: paddle.stack([x, y], axis=1), (X, Y)),
     Case("roll", lambda x: paddle.roll(x, shifts=[1, -2], axis=[0, 1]), (X,)),
     Case("roll-flat", lambda x: paddle.roll(x, shifts=3), (X,)),
+    Case("triu", lambda x: paddle.triu(x, 1), (_x(3, 4),)),
+    Case("tril", lambda x: paddle.tril(x, -1), (_x(2, 3, 3),)),
+    Case("conv2d_transpose", lambda x, w: F.conv2d_transpose(x, w, stride=2), (IMAGE, _x(2, 3, 2, 2))),
+    Case(
+        "conv2d_transpose-padded",
+        lambda x, w: F.conv2d_transpose(x, w, stride=2, padding=1, output_padding=1, dilation=1),
+        (IMAGE, _x(2, 4, 3, 3)),
+    ),
+    Case(
+        "conv2d_transpose-groups-dilation",
+        lambda x, w: F.conv2d_transpose(x, w, stride=(2, 1), padding=[1, 0], dilation=2, groups=2),
+        (IMAGE, _x(2, 3, 3, 2)),
+    ),
+    Case(
+        "conv2d_transpose-output-size",
+        lambda x, w: F.conv2d_transpose(x, w, stride=2, padding=1, output_size=[14, 14]),
+        (IMAGE, _x(2, 3, 3, 3)),
+    ),
+    Case(  # PP-YOLOE's anchor grid: a meshgrid of aranges, stacked
+        "meshgrid",
+        lambda x, y: paddle.stack(paddle.meshgrid(x.flatten(), y.flatten()), axis=-1),
+        (_x(3), _x(2, 2)),
+    ),
     Case("arange", lambda x: x + paddle.arange(0, 8, 2).astype("float32"), (X,)),
     Case(
         "embedding",

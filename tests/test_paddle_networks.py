@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import paddle
-import paddle.nn.functional as F
 import pytest
 
 import eqsat
 from bench.paddle_nets import NETWORKS, input_names, inputs, predictor, save
+from tests.zoo_architectures import ZOO, Encoder, Segmenter
 
 
 @pytest.mark.parametrize("name", sorted(NETWORKS))
@@ -138,30 +138,11 @@ def _result_of_last_op(text: str) -> str:
     return top[-1].split(")", 1)[0].strip("(").split(",")[-1].strip()
 
 
-class _Encoder(paddle.nn.Layer):
-    """An NLP encoder as PaddleNLP's ERNIE and BERT write one: token and position embeddings, a layer
-    norm, Transformer layers, and the padding mask ``((ids == pad) * -1e4).unsqueeze([1, 2])``."""
-
-    def __init__(self, vocab: int = 50, width: int = 32, pad: int = 0) -> None:
-        super().__init__()
-        self.pad = pad
-        self.tokens, self.positions = paddle.nn.Embedding(vocab, width), paddle.nn.Embedding(64, width)
-        self.norm = paddle.nn.LayerNorm(width)
-        layer = paddle.nn.TransformerEncoderLayer(width, 4, 2 * width, dropout=0.0)
-        self.encoder = paddle.nn.TransformerEncoder(layer, 2)
-
-    def forward(self, ids):
-        mask = ((ids == self.pad).astype("float32") * -1e4).unsqueeze([1, 2])
-        ones = paddle.ones_like(ids)
-        x = self.norm(self.tokens(ids) + self.positions(paddle.cumsum(ones, axis=-1) - ones))
-        return self.encoder(x, mask)
-
-
 def test_an_encoder_saved_with_dynamic_batch_and_sequence_matches_paddle_inference(tmp_path):
     """Saved with ids of shape [None, None], as PaddleNLP exports its encoders: the mask's unsqueeze
     declares [-1, 1, 1, -1], resolved from the bound ids; attention and layer norm become one op each."""
     paddle.seed(0)
-    layer = _Encoder()
+    layer = Encoder()
     layer.eval()
     spec = [paddle.static.InputSpec([None, None], "int64", "ids")]
     paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(tmp_path / "encoder"))
@@ -207,29 +188,11 @@ def test_the_shapes_squeeze_unsqueeze_and_flatten_give_are_paddles(op):
         assert tuple(want) == got, (op, shape, want, got)
 
 
-class _Segmenter(paddle.nn.Layer):
-    """A segmentation network as PaddleSeg's PP-LiteSeg and BiSeNet write one: a strided backbone, a
-    context branch resized to a detail branch's size, and logits resized to the input's size, every
-    size read from another tensor's shape (``paddle.shape(y)[2:]``)."""
-
-    def __init__(self, classes: int = 3) -> None:
-        super().__init__()
-        self.detail = paddle.nn.Sequential(paddle.nn.Conv2D(3, 8, 3, stride=2, padding=1), paddle.nn.ReLU())
-        self.context = paddle.nn.Sequential(paddle.nn.Conv2D(8, 8, 3, stride=2, padding=1), paddle.nn.ReLU())
-        self.head = paddle.nn.Conv2D(8, classes, 1)
-
-    def forward(self, x):
-        detail = self.detail(x)
-        context = F.interpolate(self.context(detail), size=paddle.shape(detail)[2:], mode="bilinear")
-        logits = self.head(detail + context)
-        return F.interpolate(logits, size=paddle.shape(x)[2:], mode="bilinear", align_corners=False)
-
-
 def test_a_segmenter_resizing_to_other_tensors_sizes_matches_paddle_inference(tmp_path):
     """Saved with ``[None, 3, None, None]``, as PaddleSeg exports: each resize's size comes through
     ``shape64 -> slice -> cast``, computed from the call's shapes as the program is read."""
     paddle.seed(0)
-    layer = _Segmenter()
+    layer = Segmenter()
     layer.eval()
     spec = [paddle.static.InputSpec([None, 3, None, None], "float32", "x")]
     paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(tmp_path / "seg"))
@@ -242,3 +205,32 @@ def test_a_segmenter_resizing_to_other_tensors_sizes_matches_paddle_inference(tm
         (got,), (want,) = fn(x), paddle_inference([x])
         assert got.shape == want.shape == (shape[0], 3, *shape[2:])
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_a_zoo_architecture_saved_with_dynamic_sizes_matches_paddle_inference(name, tmp_path):
+    """Saved as the zoos export (dynamic batch, image or sequence sizes), loaded with no help, run at
+    two sizes against Paddle Inference. Where the dims nothing binds (taken as 1) cannot run (a 4x4
+    stem on a 1x1 image), the load names the input to bind; bound once, ``fn`` still specializes on
+    each call's shapes."""
+    layer_type, spec, dtype, calls = ZOO[name]
+    paddle.seed(0)
+    layer = layer_type()
+    layer.eval()
+    specs = [paddle.static.InputSpec(spec[0], dtype, "x")]
+    paddle.jit.save(paddle.jit.to_static(layer, input_spec=specs, full_graph=True), str(tmp_path / name))
+    path = tmp_path / f"{name}.json"
+    try:
+        program = eqsat.load(path)
+    except eqsat.ParseError as e:
+        assert "were taken as 1: bind them, shapes={'x'" in str(e)
+        program = eqsat.load(path, shapes={"x": calls[0]})
+    fn = eqsat.optimize(program).fn
+    paddle_inference = predictor(path)
+    rng = np.random.default_rng(0)
+    for shape in calls:
+        x = rng.integers(0, 40, shape) if dtype == "int64" else rng.normal(size=shape).astype(np.float32)
+        got, want = fn(x), paddle_inference([x])
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())

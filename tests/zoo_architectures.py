@@ -1,0 +1,198 @@
+"""Small networks built the way Paddle's model zoos build their architectures (PaddleClas' ConvNeXt
+and Swin, PaddleSeg's UNet and DeepLabV3+ ASPP, PaddleDetection's PP-YOLOE-style anchor-free head,
+PaddleNLP's GPT, PaddleOCR's CRNN), random weights, each with the idioms that made the zoos' exported
+models fail to load: dynamic image and sequence sizes, sizes read from shapes, roll, meshgrid, triu,
+transposed convs. ``ZOO`` gives each its input spec (``None`` where the zoo exports a dynamic dim),
+dtype and two call shapes."""
+
+from __future__ import annotations
+
+import paddle
+import paddle.nn as nn
+import paddle.nn.functional as F
+
+
+class ConvNeXtBlock(nn.Layer):
+    """A patchify stem, a 7x7 depthwise conv, layer norm channels-last, an MLP, layer scale."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.stem = nn.Conv2D(3, d, 4, stride=4)
+        self.dw = nn.Conv2D(d, d, 7, padding=3, groups=d)
+        self.norm = nn.LayerNorm(d)
+        self.pw1, self.pw2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.gamma = self.create_parameter([d], default_initializer=nn.initializer.Constant(0.5))
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = self.dw(x).transpose([0, 2, 3, 1])
+        y = self.pw2(F.gelu(self.pw1(self.norm(y)))) * self.gamma
+        return x + y.transpose([0, 3, 1, 2])
+
+
+class SwinBlock(nn.Layer):
+    """Shifted-window attention: rolls, windows as reshapes and transposes, attention per window."""
+
+    def __init__(self, d=16, w=4, heads=2):
+        super().__init__()
+        self.w, self.heads = w, heads
+        self.embed = nn.Conv2D(3, d, 2, stride=2)
+        self.norm = nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        x = self.embed(x)
+        _, C, H, W = x.shape  # static: Swin's windows need the image size the zoo exports with
+        x = x.flatten(2).transpose([0, 2, 1])  # B, HW, C
+        h = self.norm(x).reshape([-1, H, W, C])
+        h = paddle.roll(h, shifts=(-2, -2), axis=(1, 2))
+        w = self.w
+        h = h.reshape([-1, H // w, w, W // w, w, C]).transpose([0, 1, 3, 2, 4, 5]).reshape([-1, w * w, C])
+        qkv = self.qkv(h).reshape([-1, w * w, 3, self.heads, C // self.heads]).transpose([2, 0, 3, 1, 4])
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        a = F.softmax(q @ k.transpose([0, 1, 3, 2]) * (C // self.heads) ** -0.5, axis=-1)
+        h = (a @ v).transpose([0, 2, 1, 3]).reshape([-1, w * w, C])
+        h = (
+            self.proj(h)
+            .reshape([-1, H // w, W // w, w, w, C])
+            .transpose([0, 1, 3, 2, 4, 5])
+            .reshape([-1, H, W, C])
+        )
+        h = paddle.roll(h, shifts=(2, 2), axis=(1, 2))
+        return x + h.reshape([-1, H * W, C])
+
+
+class UNet(nn.Layer):
+    """Down, a transposed conv up, the skip concatenated."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2D(3, 8, 3, stride=2, padding=1)
+        self.mid = nn.Conv2D(8, 8, 3, padding=1)
+        self.up = nn.Conv2DTranspose(8, 8, 2, stride=2)
+        self.out = nn.Conv2D(11, 2, 3, padding=1)
+
+    def forward(self, x):
+        d = F.relu(self.down(x))
+        u = self.up(F.relu(self.mid(d)))
+        return self.out(paddle.concat([x, u], axis=1))
+
+
+class DeepLabASPP(nn.Layer):
+    """ASPP: a dilated branch, image pooling resized to the features' size, logits to the input's."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2D(3, 8, 3, stride=2, padding=1)
+        self.b1 = nn.Conv2D(8, 4, 1)
+        self.b2 = nn.Conv2D(8, 4, 3, padding=2, dilation=2)
+        self.pool = nn.Conv2D(8, 4, 1)
+        self.head = nn.Conv2D(12, 2, 1)
+
+    def forward(self, x):
+        f = F.relu(self.stem(x))
+        p = F.interpolate(self.pool(F.adaptive_avg_pool2d(f, 1)), size=paddle.shape(f)[2:], mode="bilinear")
+        y = self.head(paddle.concat([self.b1(f), self.b2(f), p], axis=1))
+        return F.interpolate(y, size=paddle.shape(x)[2:], mode="bilinear")
+
+
+class YoloHead(nn.Layer):
+    """An anchor-free head: a meshgrid of aranges over the feature map's size, boxes around it."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2D(3, 8, 3, stride=4, padding=1)
+        self.cls, self.reg = nn.Conv2D(8, 3, 1), nn.Conv2D(8, 4, 1)
+
+    def forward(self, x):
+        f = F.relu(self.stem(x))
+        h, w = paddle.shape(f)[2], paddle.shape(f)[3]
+        sy, sx = paddle.meshgrid(paddle.arange(h, dtype="float32"), paddle.arange(w, dtype="float32"))
+        anchors = paddle.stack([sx, sy], axis=-1).reshape([-1, 2]) * 4.0
+        cls = F.sigmoid(self.cls(f)).flatten(2).transpose([0, 2, 1])
+        reg = self.reg(f).flatten(2).transpose([0, 2, 1])
+        lt, rb = paddle.split(reg, 2, axis=-1)
+        boxes = paddle.concat([anchors - lt, anchors + rb], axis=-1)
+        return cls, boxes
+
+
+class GPT(nn.Layer):
+    """Positions from ``arange`` of the sequence length, a causal mask from ``triu`` of a full."""
+
+    def __init__(self, vocab=40, d=16):
+        super().__init__()
+        self.emb, self.pos = nn.Embedding(vocab, d), nn.Embedding(64, d)
+        self.enc = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(d, 2, 32, dropout=0.0, normalize_before=True), 1
+        )
+        self.out = nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        s = paddle.shape(ids)[1]
+        pos = paddle.arange(s, dtype="int64").unsqueeze(0)
+        mask = paddle.triu(paddle.full([s, s], -1e4, "float32"), 1)
+        return self.out(self.enc(self.emb(ids) + self.pos(pos), mask))
+
+
+class CRNN(nn.Layer):
+    """Convs, the height pooled away and squeezed, a bidirectional LSTM over the width."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2D(3, 8, 3, padding=1)
+        self.pool = nn.MaxPool2D((8, 1))  # H 8 -> 1
+        self.rnn = nn.LSTM(8, 8, direction="bidirect")
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x):
+        f = self.pool(F.relu(self.conv(x))).squeeze(2).transpose([0, 2, 1])
+        y, _ = self.rnn(f)
+        return self.fc(y)
+
+
+class Encoder(nn.Layer):
+    """An NLP encoder as PaddleNLP's ERNIE and BERT write one: token and position embeddings, a layer
+    norm, Transformer layers, and the padding mask ``((ids == pad) * -1e4).unsqueeze([1, 2])``."""
+
+    def __init__(self, vocab: int = 50, width: int = 32, pad: int = 0) -> None:
+        super().__init__()
+        self.pad = pad
+        self.tokens, self.positions = nn.Embedding(vocab, width), nn.Embedding(64, width)
+        self.norm = nn.LayerNorm(width)
+        layer = nn.TransformerEncoderLayer(width, 4, 2 * width, dropout=0.0)
+        self.encoder = nn.TransformerEncoder(layer, 2)
+
+    def forward(self, ids):
+        mask = ((ids == self.pad).astype("float32") * -1e4).unsqueeze([1, 2])
+        ones = paddle.ones_like(ids)
+        x = self.norm(self.tokens(ids) + self.positions(paddle.cumsum(ones, axis=-1) - ones))
+        return self.encoder(x, mask)
+
+
+class Segmenter(nn.Layer):
+    """A segmentation network as PaddleSeg's PP-LiteSeg and BiSeNet write one: a strided backbone, a
+    context branch resized to a detail branch's size, and logits resized to the input's size, every
+    size read from another tensor's shape (``paddle.shape(y)[2:]``)."""
+
+    def __init__(self, classes: int = 3) -> None:
+        super().__init__()
+        self.detail = nn.Sequential(nn.Conv2D(3, 8, 3, stride=2, padding=1), nn.ReLU())
+        self.context = nn.Sequential(nn.Conv2D(8, 8, 3, stride=2, padding=1), nn.ReLU())
+        self.head = nn.Conv2D(8, classes, 1)
+
+    def forward(self, x):
+        detail = self.detail(x)
+        context = F.interpolate(self.context(detail), size=paddle.shape(detail)[2:], mode="bilinear")
+        logits = self.head(detail + context)
+        return F.interpolate(logits, size=paddle.shape(x)[2:], mode="bilinear", align_corners=False)
+
+
+ZOO: dict[str, tuple[type[nn.Layer], list[list[int | None]], str, tuple[tuple[int, ...], ...]]] = {
+    "convnext": (ConvNeXtBlock, [[None, 3, None, None]], "float32", ((2, 3, 32, 32), (1, 3, 48, 16))),
+    "swin": (SwinBlock, [[None, 3, 16, 16]], "float32", ((2, 3, 16, 16), (3, 3, 16, 16))),
+    "unet": (UNet, [[None, 3, None, None]], "float32", ((2, 3, 16, 16), (1, 3, 8, 24))),
+    "deeplab": (DeepLabASPP, [[None, 3, None, None]], "float32", ((2, 3, 16, 16), (1, 3, 20, 12))),
+    "yolo": (YoloHead, [[None, 3, None, None]], "float32", ((2, 3, 32, 32), (1, 3, 16, 24))),
+    "gpt": (GPT, [[None, None]], "int64", ((2, 8), (1, 5))),
+    "crnn": (CRNN, [[None, 3, 8, None]], "float32", ((2, 3, 8, 16), (1, 3, 8, 10))),
+}
