@@ -13,6 +13,7 @@ import pytest
 
 import eqsat
 from bench.paddle_nets import NETWORKS, input_names, inputs, predictor, save
+from eqsat.cli import main
 from tests.zoo_architectures import ZOO, Encoder, Segmenter
 
 
@@ -86,9 +87,24 @@ class _Looping(paddle.nn.Layer):
         return x
 
 
-def test_a_while_over_a_tensor_bound_matches_paddle_inference(tmp_path):
+class _Ranging(paddle.nn.Layer):
+    """``to_static`` code with ``for _ in range(n)`` over a tensor ``n``: a ``while`` over the elements
+    of an ``arange`` whose length is ``n``'s value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = paddle.nn.Linear(8, 8)
+
+    def forward(self, x, n):
+        for _ in range(n):
+            x = paddle.tanh(self.fc(x))
+        return x
+
+
+@pytest.mark.parametrize("layer_type", [_Looping, _Ranging])
+def test_a_while_over_a_tensor_bound_matches_paddle_inference(tmp_path, layer_type):
     paddle.seed(0)
-    layer = _Looping()
+    layer = layer_type()
     layer.eval()
     spec = [paddle.static.InputSpec([None, 8], "float32", "x"), paddle.static.InputSpec([1], "int64", "n")]
     paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(tmp_path / "loop"))
@@ -138,7 +154,7 @@ def _result_of_last_op(text: str) -> str:
     return top[-1].split(")", 1)[0].strip("(").split(",")[-1].strip()
 
 
-def test_an_encoder_saved_with_dynamic_batch_and_sequence_matches_paddle_inference(tmp_path):
+def test_an_encoder_saved_with_dynamic_batch_and_sequence_matches_paddle_inference(tmp_path, capsys):
     """Saved with ids of shape [None, None], as PaddleNLP exports its encoders: the mask's unsqueeze
     declares [-1, 1, 1, -1], resolved from the bound ids; attention and layer norm become one op each."""
     paddle.seed(0)
@@ -157,6 +173,9 @@ def test_an_encoder_saved_with_dynamic_batch_and_sequence_matches_paddle_inferen
         ids[0, -3:] = 0  # padding
         (got,), (want,) = result.fn(ids), paddle_inference([ids])
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    # the command line's check runs both programs on int64 ids
+    assert main(["optimize", str(path), "--shape", "ids=2,16", "--check"]) == 0
+    assert "agrees with the original" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("op", ["squeeze", "unsqueeze", "flatten"])
@@ -234,3 +253,17 @@ def test_a_zoo_architecture_saved_with_dynamic_sizes_matches_paddle_inference(na
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())
+
+
+class _SummingARange(paddle.nn.Layer):
+    def forward(self, x, n):
+        return x + paddle.arange(n).astype("float32").sum()
+
+
+def test_an_arange_read_whole_whose_length_depends_on_a_value_is_one_clear_error(tmp_path):
+    """JAX cannot give a tensor a length computed from a value: the error names the arange."""
+    spec = [paddle.static.InputSpec([2], "float32", "x"), paddle.static.InputSpec([1], "int64", "n")]
+    layer = paddle.jit.to_static(_SummingARange(), input_spec=spec, full_graph=True)
+    paddle.jit.save(layer, str(tmp_path / "arange"))
+    with pytest.raises(eqsat.ParseError, match="an arange whose length depends on tensor values"):
+        eqsat.load(tmp_path / "arange.json")

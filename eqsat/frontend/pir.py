@@ -22,7 +22,7 @@ from dataclasses import replace
 from itertools import combinations
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -78,6 +78,12 @@ class _Scope(dict[str, "Value | list[Value]"]):
     def __contains__(self, name: object) -> bool:
         return name in self.keys() or name in self.outer
 
+    def peek(self, name: str) -> Value | list[Value] | None:
+        """The value ``name`` names, here or around, without capturing it."""
+        if name in self.keys():
+            return self[name]
+        return self.outer.peek(name) if isinstance(self.outer, _Scope) else self.outer.get(name)
+
 
 class _Reader:
     def __init__(self, shapes: Mapping[str, Sequence[int]] | None = None) -> None:
@@ -88,16 +94,34 @@ class _Reader:
         self.int_arrays: dict[str, tuple[int, ...]] = {}  # %name -> contents of pd.full_int_array
         self.dynamic: set[int] = set()  # ids of opaque results whose declared shape has -1 dims
         self.read: set[int] = set()  # ids of values some op reads
+        self.ranges: dict[int, _Range] = {}  # id(value) -> an arange whose length depends on values
 
     def region(self) -> _Reader:
         """A reader for one region of an op of this program: it sees this program's values."""
         inner = _Reader(self.shapes)
         inner.env = _Scope(inner.program, self.env)
         inner.consts, inner.int_arrays, inner.dynamic = self.consts, self.int_arrays, self.dynamic
+        inner.ranges = self.ranges
         return inner
+
+    def peek(self, name: str) -> Value | list[Value] | None:
+        """The value ``name`` names, without capturing it into a region (only what a handler reads
+        becomes an input of its region)."""
+        return self.env.peek(name) if isinstance(self.env, _Scope) else self.env.get(name)
+
+    def range_of(self, name: str) -> _Range | None:
+        """The ``_Range`` value ``name`` is, if it is one."""
+        return self.ranges.get(id(self.peek(name)))
 
     def tensor(self, line: Line, name: str) -> Value:
         v = self.env.get(name)
+        if id(v) in self.ranges:
+            raise ParseError(
+                f"{name} is an arange whose length depends on tensor values: only its length and its "
+                "elements one at a time can be read",
+                line=line.number,
+                op=line.name,
+            )
         if id(v) in self.dynamic:
             raise ParseError(
                 f"{name} has a dynamic shape (-1) that Paddle did not resolve", line=line.number, op=line.name
@@ -1035,12 +1059,91 @@ def _folded(line: Line, attrs: dict, constants: list[np.ndarray]) -> list[np.nda
     return outs if all(o.size <= _MAX_KEPT_CONSTANT for o in outs) else None
 
 
+class _Range(NamedTuple):
+    """``arange(start, end, step)`` of a value-dependent length (``for _ in range(n)`` over a tensor
+    ``n`` in ``to_static`` code): kept as its bounds, a constant integer step, for its length and its
+    elements to be computed where they are read."""
+
+    start: str  # the names of its bounds, read (captured) where the range is
+    end: str
+    step: int
+
+
+def _arange(r: _Reader, line: Line) -> Results:
+    """``pd.arange(start, end, step)``: computed where its bounds are known (or its shape inferred from
+    them); an integer one whose length depends on tensor values is kept as a ``_Range``."""
+    _arity(line, 3)
+    results = _opaque(r, line)
+    value = results[0]
+    if (
+        not isinstance(value, Value)
+        or id(value) not in r.dynamic
+        or not value.type.dtype.startswith(("int", "uint"))
+    ):
+        return results
+    step = r.constant_value(r.tensor(line, line.operands[2]))
+    if step is not None and step.size == 1 and int(step.item()) != 0:
+        start, end = (r.tensor(line, name) for name in line.operands[:2])
+        if start.type.size == end.type.size == 1:
+            r.ranges[id(value)] = _Range(*line.operands[:2], int(step.item()))
+    return results
+
+
+def _scalar(r: _Reader, line: Line, value: Value, dtype: str) -> Value:
+    """``value`` (one element) as a scalar of ``dtype``."""
+    value = r.add(line, "reshape", [value], shape=())
+    return value if value.type.dtype == dtype else r.add(line, "cast", [value], dtype=dtype)
+
+
+def _range_length(r: _Reader, line: Line, span: _Range, dtype: str) -> Value:
+    """max(ceil((end - start) / step), 0), a scalar of ``dtype``."""
+
+    def number(v: int) -> Value:
+        return r.add(line, "full", [], shape=(), value=float(v), dtype=dtype)
+
+    start, end = (_scalar(r, line, r.tensor(line, name), dtype) for name in (span.start, span.end))
+    distance = r.add(line, "sub", [end, start] if span.step > 0 else [start, end])
+    stride = abs(span.step)
+    if stride != 1:  # rounded up; a negative distance rounds toward zero, then is clamped
+        distance = r.add(line, "div", [r.add(line, "add", [distance, number(stride - 1)]), number(stride)])
+    return r.add(line, "maximum", [distance, number(0)])
+
+
 def _shape_of(r: _Reader, line: Line) -> list[Value]:
-    """``pd.shape`` / ``pd.shape64``: the (concrete) shape of its operand, a constant."""
+    """``pd.shape`` / ``pd.shape64``: the (concrete) shape of its operand, a constant; of a ``_Range``,
+    its length computed from its bounds."""
     _arity(line, 1)
     _results(line, 1)
+    span = r.range_of(line.operands[0])
+    if span is not None:
+        _, dtype = _parse_type(line, line.out_types[0]) if line.out_types else ((), "int64")
+        return [r.add(line, "reshape", [_range_length(r, line, span, dtype)], shape=(1,))]
     x = r.tensor(line, line.operands[0])
     return [r.constant(line, line.results[0], np.asarray(x.type.shape))]
+
+
+def _slice(r: _Reader, line: Line) -> Results:
+    """``pd.slice``: Paddle's meaning (an opaque op), but of a ``_Range`` one element
+    (``decrease_axis``, as ``for _ in range(n)`` reads it): ``start + i * step``, a negative ``i``
+    counted from its end."""
+    span = r.range_of(line.operands[0])
+    if span is None:
+        return _opaque(r, line)
+    if line.attrs.get("axes") != (0,) or line.attrs.get("decrease_axis") != (0,):
+        raise ParseError(
+            f"{line.operands[0]} is an arange whose length depends on tensor values: only one element "
+            "at a time can be sliced from it",
+            line=line.number,
+            op=line.name,
+        )
+    dtype = r.tensor(line, span.start).type.dtype
+    i = _scalar(r, line, r.tensor(line, line.operands[1]), dtype)
+    zero = r.add(line, "full", [], shape=(), value=0.0, dtype=dtype)
+    wrapped = r.add(line, "add", [i, _range_length(r, line, span, dtype)])
+    i = r.add(line, "select", [r.add(line, "lt", [i, zero]), wrapped, i])
+    step = r.add(line, "full", [], shape=(), value=float(span.step), dtype=dtype)
+    start = _scalar(r, line, r.tensor(line, span.start), dtype)
+    return [r.add(line, "add", [start, r.add(line, "mul", [i, step])])]
 
 
 def _assign_value(r: _Reader, line: Line) -> list[Value]:
@@ -1160,6 +1263,8 @@ HANDLERS: dict[str, Handler] = {
     "pd.split_with_num": _split_with_num,
     "pd.shape": _shape_of,
     "pd.shape64": _shape_of,
+    "pd.arange": _arange,
+    "pd.slice": _slice,
     "pd.assign_value_": _assign_value,
     "pd.fc": _fc,
     "pd.multihead_matmul": _multihead_matmul,
@@ -1189,7 +1294,7 @@ def _check_declared(line: Line, results: Results) -> None:
 def _check_operands(r: _Reader, line: Line) -> None:
     """Each tensor operand must have the type the line declares for it (lists are not checked)."""
     for name, declared in zip(line.operands, line.in_types, strict=False):
-        value = r.env.get(name)
+        value = r.peek(name)
         if not isinstance(value, Value) or not declared.strip().endswith(">") or "vec[" in declared:
             continue
         try:
@@ -1276,7 +1381,7 @@ def _read(r: _Reader, lines: Iterable[Line]) -> list[tuple[str, Value]]:
             raise ParseError(str(e), line=number, op=line.name) from None
         _check_declared(line, results)
         for name in line.operands:
-            value = r.env.get(name)
+            value = r.peek(name)
             r.read.update(map(id, value if isinstance(value, list) else [value]))
         for res, value in zip(line.results, results, strict=False):
             r.env[res] = value
