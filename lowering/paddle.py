@@ -425,6 +425,13 @@ def _adaptive_windows(size: int, out: int) -> list[tuple[int, int]]:
     return [(i * size // out, -(-(i + 1) * size // out)) for i in range(out)]
 
 
+def _adaptive_sizes(x: jax.Array, out: Any) -> list[int]:
+    """An adaptive pooling's output height and width (one number: both), -1 (None) keeping x's."""
+    sizes = [int(k) for k in np.asarray(out).ravel()]
+    sizes = sizes * (2 // len(sizes))
+    return [n if k == -1 else k for n, k in zip(x.shape[-2:], sizes, strict=True)]
+
+
 def _adaptive_pool(x: jax.Array, out: Any, reduce: Callable[[jax.Array], Any]) -> list[Any]:
     """``reduce`` of each adaptive window of the last two (H, W) dims of x, row by row, on the windows
     flattened; Paddle's windows: [floor(i n / m), ceil((i + 1) n / m))."""
@@ -444,6 +451,7 @@ def _adaptive_max_with_index(
     (its index in the flattened H × W plane)."""
     if not adaptive:
         raise UnsupportedError("pd_op.max_pool2d_with_index is supported with adaptive:true only")
+    kernel_size = _adaptive_sizes(x, kernel_size)
     plane = jnp.arange(x.shape[-2] * x.shape[-1], dtype=jnp.int32).reshape(x.shape[-2:])
     where = _adaptive_pool(plane, kernel_size, lambda w: w)
     best = _adaptive_pool(x, kernel_size, lambda w: jnp.argmax(w, axis=-1))
@@ -457,9 +465,9 @@ def _pool2d(x: jax.Array, kernel: Any, *, pooling_type: str, adaptive: int = 0, 
     input (NCHW)."""
     if not adaptive or attrs.get("data_format", "NCHW") != "NCHW":
         raise UnsupportedError("pd_op.pool2d as an opaque op is supported for adaptive NCHW pooling only")
-    out = [int(k) for k in np.asarray(kernel).ravel()]
+    out = _adaptive_sizes(x, kernel)
     reduce = (lambda w: jnp.max(w, axis=-1)) if pooling_type == "max" else (lambda w: jnp.mean(w, axis=-1))
-    return _stacked(_adaptive_pool(x, out * (2 // len(out)), reduce), x, out * (2 // len(out)))
+    return _stacked(_adaptive_pool(x, out, reduce), x, out)
 
 
 def _source_index(

@@ -150,6 +150,90 @@ class CRNN(nn.Layer):
         return self.fc(y)
 
 
+class ViT(nn.Layer):
+    """Patches, a class token expanded to the batch read from the shape, learned positions."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.patch = nn.Conv2D(3, d, 4, stride=4)
+        self.cls = self.create_parameter([1, 1, d])
+        self.pos = self.create_parameter([1, 17, d])
+        self.enc = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(d, 2, 32, dropout=0.0, normalize_before=True, activation="gelu"), 1
+        )
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 5)
+
+    def forward(self, x):
+        B = paddle.shape(x)[0]
+        x = self.patch(x).flatten(2).transpose([0, 2, 1])
+        cls = self.cls.expand([B, -1, -1])
+        x = paddle.concat([cls, x], axis=1) + self.pos
+        x = self.norm(self.enc(x))
+        return self.head(x[:, 0])
+
+
+class OCRHead(nn.Layer):
+    """OCRNet's object context: region features gathered by softmax over pixels, pixel-region attention."""
+
+    def __init__(self, c=8, k=3):
+        super().__init__()
+        self.stem = nn.Conv2D(3, c, 3, stride=2, padding=1)
+        self.aux = nn.Conv2D(c, k, 1)
+        self.out = nn.Conv2D(2 * c, k, 1)
+
+    def forward(self, x):
+        f = F.relu(self.stem(x))
+        n, c, h, w = paddle.shape(f)[0], paddle.shape(f)[1], paddle.shape(f)[2], paddle.shape(f)[3]
+        probs = F.softmax(self.aux(f).reshape([n, 3, -1]), axis=2)  # N, K, HW
+        feats = f.reshape([n, c, -1]).transpose([0, 2, 1])  # N, HW, C
+        regions = paddle.matmul(probs, feats)  # N, K, C
+        sim = F.softmax(paddle.matmul(feats, regions.transpose([0, 2, 1])), axis=-1)  # N, HW, K
+        ctx = paddle.matmul(sim, regions).transpose([0, 2, 1]).reshape([n, c, h, w])
+        y = self.out(paddle.concat([f, ctx], axis=1))
+        return F.interpolate(y, size=paddle.shape(x)[2:], mode="bilinear", align_corners=True)
+
+
+class SVTRMix(nn.Layer):
+    """SVTR's mixing block: patch tokens, attention, an MLP, back to a map, the height pooled away."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.embed = nn.Conv2D(3, d, (4, 4), stride=(4, 4))
+        self.attn = nn.MultiHeadAttention(d, 2)
+        self.norm = nn.LayerNorm(d, epsilon=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(d, 32), nn.Hardswish(), nn.Linear(32, d))
+        self.pool = nn.AdaptiveAvgPool2D((1, None))
+        self.fc = nn.Linear(d, 7)
+
+    def forward(self, x):
+        f = self.embed(x)
+        h, w = paddle.shape(f)[2], paddle.shape(f)[3]
+        t = f.flatten(2).transpose([0, 2, 1])
+        t = t + self.attn(self.norm(t))
+        t = t + self.mlp(self.norm(t))
+        f = t.transpose([0, 2, 1]).reshape([0, 16, h, w])
+        f = self.pool(f).squeeze(2).transpose([0, 2, 1])
+        return self.fc(f)
+
+
+class HGNetESE(nn.Layer):
+    """PP-HGNet's learnable affine after a conv, and its effective squeeze-excitation."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.stem = nn.Conv2D(3, c, 3, stride=2, padding=1)
+        self.bn = nn.BatchNorm2D(c)
+        self.scale = self.create_parameter([1], default_initializer=nn.initializer.Constant(1.0))
+        self.bias = self.create_parameter([1], default_initializer=nn.initializer.Constant(0.0))
+        self.ese = nn.Conv2D(c, c, 1)
+
+    def forward(self, x):
+        y = F.relu(self.bn(self.stem(x))) * self.scale + self.bias
+        a = F.sigmoid(self.ese(y.mean(axis=[2, 3], keepdim=True)))
+        return F.adaptive_avg_pool2d(y * a, 1).flatten(1)
+
+
 class Encoder(nn.Layer):
     """An NLP encoder as PaddleNLP's ERNIE and BERT write one: token and position embeddings, a layer
     norm, Transformer layers, and the padding mask ``((ids == pad) * -1e4).unsqueeze([1, 2])``."""
@@ -195,4 +279,12 @@ ZOO: dict[str, tuple[type[nn.Layer], list[list[int | None]], str, tuple[tuple[in
     "yolo": (YoloHead, [[None, 3, None, None]], "float32", ((2, 3, 32, 32), (1, 3, 16, 24))),
     "gpt": (GPT, [[None, None]], "int64", ((2, 8), (1, 5))),
     "crnn": (CRNN, [[None, 3, 8, None]], "float32", ((2, 3, 8, 16), (1, 3, 8, 10))),
+    "vit": (ViT, [[None, 3, 16, 16]], "float32", ((2, 3, 16, 16), (3, 3, 16, 16))),
+    "ocrnet": (OCRHead, [[None, 3, None, None]], "float32", ((2, 3, 16, 16), (1, 3, 12, 20))),
+    "svtr": (SVTRMix, [[None, 3, 8, None]], "float32", ((2, 3, 8, 32), (1, 3, 8, 16))),
+    "hgnet": (HGNetESE, [[None, 3, None, None]], "float32", ((2, 3, 16, 16), (1, 3, 12, 20))),
 }
+
+# Paddle Inference's predictor fails on its own saved program here (PreconditionNotMetError: "The meta
+# data must be valid when call the mutable data function"): compared with the layer run by Paddle
+INFERENCE_FAILS = {"svtr"}

@@ -971,7 +971,8 @@ def _pool2d(r: _Reader, line: Line) -> Results:
         window = r.int_array(line, line.operands[1])
         window = (window[0], window[0]) if len(window) == 1 else window
         strides = tuple(int(v) for v in line.attrs.get("strides", (1, 1)))  # type: ignore[union-attr]
-        if _flag(line, "adaptive", False):
+        if _flag(line, "adaptive", False):  # an output size of -1 (None) keeps the input's
+            window = tuple(s if k == -1 else k for s, k in zip(sizes, window, strict=True))
             if any(s % k for s, k in zip(sizes, window, strict=True)):
                 return _opaque(r, line)
             window = strides = tuple(s // k for s, k in zip(sizes, window, strict=True))
