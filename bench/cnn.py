@@ -25,6 +25,7 @@ from jax import lax
 
 import eqsat
 from bench.common import interleaved, max_abs_diff, run_cases, settled_jit
+from eqsat.common_convs import INVERTED_RESIDUALS
 
 Array = jax.Array
 
@@ -92,21 +93,10 @@ def resnet(net: Net, x: Array, depth: int) -> Array:
     return net.pool_dense(x)
 
 
-_V2 = (
-    (1, 16, 1, 1),
-    (6, 24, 2, 2),
-    (6, 32, 3, 2),
-    (6, 64, 4, 2),
-    (6, 96, 3, 1),
-    (6, 160, 3, 2),
-    (6, 320, 1, 1),
-)
-
-
 def mobilenet_v2(net: Net, x: Array) -> Array:
     """MobileNetV2: inverted residuals (expand 1x1, depthwise 3x3, project 1x1), relu6."""
     x = jax.nn.relu6(net.conv_bn(x, 32, 3, 2))
-    for expand, out, count, first_stride in _V2:
+    for expand, out, count, first_stride in INVERTED_RESIDUALS:
         for i in range(count):
             stride = first_stride if i == 0 else 1
             channels = x.shape[net.axis]

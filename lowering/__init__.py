@@ -1,6 +1,6 @@
 """Program -> pure JAX function: each canonical op runs as the lowering its definition holds
-(``eqsat.ops``); an opaque op as its JAX primitive or the meaning registered for its name (Paddle's
-ops in ``eqsat.lowering.paddle``)."""
+(``eqsat.ops``); an opaque op as its JAX primitive or the meaning registered for its name
+(``eqsat.ops.opaque``; Paddle's beside their translations, in ``eqsat.frontend.paddle``)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ from eqsat.errors import UnsupportedError
 from eqsat.ir import Op, Program, Value
 from eqsat.ops import OPS, Lowering
 from eqsat.ops.linear import matmul_of_transposed
+from eqsat.ops.opaque import OPAQUE_LOWERINGS, RESULT_TYPES, register_opaque
 from eqsat.types import FLOAT_DTYPES, OPAQUE
-
-from .registry import OPAQUE_LOWERINGS, RESULT_TYPES, register_opaque
 
 __all__ = [
     "LOWERINGS",
@@ -37,8 +36,6 @@ LOWERINGS: dict[str, Lowering] = {name: op.lower for name, op in OPS.items() if 
 
 def opaque_lowering(name: str) -> Lowering | None:
     """The registered JAX meaning of opaque op ``name`` (Paddle's included), or None."""
-    from . import paddle  # noqa: F401  (register Paddle's ops)
-
     return OPAQUE_LOWERINGS.get(name)
 
 

@@ -289,7 +289,7 @@ def _fused_conv_pir(activation: str, layout: str, residual: bool) -> str:
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("residual", [False, True])
 def test_paddles_fused_conv_is_canonical_ops_with_its_meaning(activation, layout, residual):
-    from lowering.paddle import _fused_conv2d_add_act
+    from eqsat.frontend.paddle.nn import _fused_conv2d_add_act_meaning
 
     program = eqsat.parse_pir(_fused_conv_pir(activation, layout, residual))
     assert program.op_counts()["conv2d"] == 1 and "pd_op.fused_conv2d_add_act" not in program.op_counts()
@@ -301,7 +301,7 @@ def test_paddles_fused_conv_is_canonical_ops_with_its_meaning(activation, layout
     attrs = {"strides": [1, 1], "paddings": [1, 1], "dilations": [1, 1], "groups": 1, "data_format": layout}
     extra = [inputs[1]] if residual else []
     operands = "t,t,t,t" if residual else "t,t,t,n"
-    (want,) = _fused_conv2d_add_act(
+    (want,) = _fused_conv2d_add_act_meaning(
         inputs[0], w, b, *extra, activation=activation, operands=operands, **attrs
     )
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections import Counter
 
 import jax
@@ -16,6 +17,7 @@ from eqsat import lowering
 from eqsat.egraph import schema
 from eqsat.frontend import jax as jax_frontend
 from eqsat.frontend import pir
+from eqsat.frontend.paddle import reader
 from eqsat.lowering import LOWERINGS
 from eqsat.numerics import random_array
 from eqsat.ops import OPS, OpDef
@@ -40,9 +42,23 @@ def test_every_spelling_maps_to_one_place():
     paddle_spellings = Counter(p for op in OPS.values() for p in op.paddle)
     assert [p for p, n in (jax_spellings + paddle_spellings).items() if n > 1] == []
     assert not set(jax_spellings) & set(jax_frontend._HANDLERS), "a primitive with a handler and a spelling"
-    handled = {name for name, handler in pir.HANDLERS.items() if handler is not pir._spelled}
+    handled = {name for name, handler in pir.HANDLERS.items() if handler is not reader._spelled}
     assert not set(paddle_spellings) & handled, "a Paddle op with a handler and a spelling"
     assert set(paddle_spellings) <= set(pir.HANDLERS)
+
+
+def test_a_paddle_op_claimed_twice_is_an_error_where_the_tables_are_built(monkeypatch):
+    """A second handler for a Paddle op, a canonical op's spelling that a handler claims, or a second
+    meaning: each stops the import that builds the tables, instead of one silently shadowing the other."""
+    monkeypatch.setattr(reader, "HANDLERS", dict(pir.HANDLERS))
+    with pytest.raises(ValueError, match=r"pd\.matmul is claimed twice"):
+        reader.handles("pd.matmul")(lambda r, line: [])
+    spelled = next(name for op in OPS.values() for name in op.paddle)
+    monkeypatch.setattr(reader, "HANDLERS", {spelled: lambda r, line: []})
+    with pytest.raises(ValueError, match=re.escape(f"{spelled} is claimed twice")):
+        reader.claim_spellings()
+    with pytest.raises(ValueError, match=r"the meaning of pd_op\.conv2d is given twice"):
+        reader.meaning("pd_op.conv2d", lambda x, w, **attrs: x)
 
 
 _PIR_DTYPES = {"bool": "b", "int32": "i32", "float32": "f32"}

@@ -182,7 +182,7 @@ def test_an_encoder_saved_with_dynamic_batch_and_sequence_matches_paddle_inferen
 def test_the_shapes_squeeze_unsqueeze_and_flatten_give_are_paddles(op):
     """The loader reshapes by the op's meaning (its dynamic dims resolved from the bound inputs): on
     random shapes and axes, the shape Paddle gives."""
-    from eqsat.frontend.pir import _flattened, _squeezed, _unsqueezed
+    from eqsat.frontend.paddle.layout import _flattened, _squeezed, _unsqueezed
 
     rng = np.random.default_rng(0)
     for _ in range(40):

@@ -1,38 +1,254 @@
-"""JAX meanings of Paddle ops that load as opaque (no canonical op says what they compute)."""
+"""Paddle's layers: convs (and transposed), batch, layer, RMS, group and instance norms, pooling
+(adaptive included), resizing, embeddings, RNNs and Paddle's fused ops (``fc``, ``multihead_matmul``,
+``fused_conv2d_add_act``, ``fused_bias_residual_layernorm``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from eqsat.errors import UnsupportedError
+from eqsat.errors import ParseError, UnsupportedError
+from eqsat.ir import TensorType, Value
+from eqsat.ops.conv import CONV_AXES
+from eqsat.text import (
+    NULL_VALUE,
+    Line,
+)
 
-from . import paddle_rnn
-from .registry import register_opaque
+from . import rnn
+from .reader import (
+    Results,
+    _arity,
+    _flag,
+    _known_ints,
+    _number,
+    _opaque,
+    _operand_groups,
+    _optional,
+    _Reader,
+    handles,
+    meaning,
+)
 
 
-def _optional(tensors: tuple[jax.Array, ...], operands: str, first: int, count: int) -> list[Any]:
-    """The operands ``first`` .. ``first + count - 1`` of an op, None where absent: ``tensors`` are the
-    ones present after ``first``'s predecessors, ``operands`` the layout (``t`` present, ``n`` absent)."""
-    present = iter(tensors)
-    return [next(present) if kind == "t" else None for kind in operands.split(",")[first : first + count]]
+@handles("pd.fc")
+def _fc(r: _Reader, line: Line) -> Results:
+    """``pd.fc`` (Paddle's fused matmul + bias + activation) over the last dim is a ``linear``."""
+    act = {"": "none", "relu": "relu"}.get(str(line.attrs.get("activation_type", "")))
+    if len(line.operands) != 3 or act is None:
+        return _opaque(r, line)
+    x, w, b = (r.tensor(line, o) for o in line.operands)
+    if line.attrs.get("in_num_col_dims") != x.type.rank - 1:
+        return _opaque(r, line)
+    return [r.add(line, "linear", [x, w, b], act=act)]
 
 
-def _gelu(x: jax.Array, *, approximate: int = 0, **_: Any) -> jax.Array:
-    """``pd_op.gelu``: the exact erf form unless ``approximate``."""
-    return jax.nn.gelu(x, approximate=bool(approximate))
+@handles("pd.multihead_matmul")
+def _multihead_matmul(r: _Reader, line: Line) -> Results:
+    """``pd.multihead_matmul`` (Paddle's fused attention block: x (B, S, D), packed weights (D, 3, N),
+    bias (3, N), optional mask) as the canonical ops it stands for: one Q/K/V linear, heads split and
+    laid out (B, H, S, N/H), ``attention`` scaled by alpha, heads merged back."""
+    x, w, b = (r.tensor(line, o) for o in line.operands[:3])
+    heads, alpha = line.attrs.get("head_number"), line.attrs.get("alpha")
+    plain = (
+        not line.attrs.get("transpose_q")
+        and line.attrs.get("transpose_k")
+        and not line.attrs.get("transpose_v")
+    )
+    if not (isinstance(heads, int) and isinstance(alpha, int | float) and plain and x.type.rank == 3):
+        return _opaque(r, line)
+    (batch, seq, dim), n = x.type.shape, w.type.shape[-1]
+    qkv = r.add(
+        line,
+        "linear",
+        [x, r.add(line, "reshape", [w], shape=(dim, 3 * n)), r.add(line, "reshape", [b], shape=(3 * n,))],
+    )
+    parts = []
+    for i in range(3):
+        part = r.add(line, "split", [qkv], axis=2, sizes=(n, n, n), index=i)
+        part = r.add(line, "reshape", [part], shape=(batch, seq, heads, n // heads))
+        parts.append(r.add(line, "transpose", [part], perm=(0, 2, 1, 3)))
+    mask_name = line.operands[3] if len(line.operands) > 3 else NULL_VALUE
+    mask = (
+        r.add(line, "full", [], shape=(), value=0.0, dtype=x.type.dtype)
+        if mask_name == NULL_VALUE
+        else r.tensor(line, mask_name)
+    )
+    keep_all = r.add(line, "full", [], shape=(), value=1.0, dtype="bool")
+    out = r.add(line, "attention", [*parts, mask, keep_all], scale=float(alpha))
+    out = r.add(line, "transpose", [out], perm=(0, 2, 1, 3))
+    return [r.add(line, "reshape", [out], shape=(batch, seq, n))]
 
 
-register_opaque("pd_op.gelu", _gelu)
-register_opaque("pd.gelu", _gelu)
+def _paddle_padding(
+    line: Line, sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
+) -> tuple[int, ...]:
+    """Paddle's ``paddings`` / ``padding_algorithm`` as (top, bottom, left, right)."""
+    algorithm = str(line.attrs.get("padding_algorithm", "EXPLICIT"))
+    if algorithm == "VALID":
+        return (0, 0, 0, 0)
+    if algorithm == "SAME":  # as TensorFlow: the output is ceil(size / stride), the odd pad at the end
+        pads: list[int] = []
+        for size, k, stride, dilation in zip(sizes, kernel, strides, dilations, strict=True):
+            total = max((-(-size // stride) - 1) * stride + dilation * (k - 1) + 1 - size, 0)
+            pads += [total // 2, total - total // 2]
+        return tuple(pads)
+    paddings = tuple(int(p) for p in line.attrs.get("paddings", (0, 0)))  # type: ignore[union-attr]
+    if len(paddings) == 2:
+        return (paddings[0], paddings[0], paddings[1], paddings[1])
+    if len(paddings) == 4:
+        return paddings
+    raise ParseError(f"paddings {list(paddings)} are not 2 or 4 numbers", line=line.number, op=line.name)
 
 
-def _pow(x: jax.Array, *, y: float, **_: Any) -> jax.Array:
-    return jnp.power(x, jnp.asarray(y, x.dtype))
+def _spatial(x: Value, layout: str) -> tuple[int, int]:
+    h, w = CONV_AXES[layout].spatial
+    return x.type.shape[h], x.type.shape[w]
+
+
+def _layout(line: Line) -> str:
+    layout = str(line.attrs.get("data_format", "NCHW"))
+    if layout not in ("NCHW", "NHWC"):
+        raise ParseError(f"data_format {layout} (NCHW or NHWC)", line=line.number, op=line.name)
+    return layout
+
+
+@handles("pd.conv2d", "pd.depthwise_conv2d")
+def _conv2d(r: _Reader, line: Line) -> list[Value]:
+    """``pd.conv2d`` / ``pd.depthwise_conv2d``: filters OIHW whatever the data format (NHWC data takes
+    them transposed to HWIO)."""
+    _arity(line, 2)
+    return [_conv(r, line, *(r.tensor(line, o) for o in line.operands))]
+
+
+_FUSED_ACTIVATIONS = {"identity": None, "relu": "relu"}
+
+
+@handles("pd.fused_conv2d_add_act")
+def _fused_conv2d_add_act(r: _Reader, line: Line) -> Results:
+    """``pd.fused_conv2d_add_act(x, filter, bias?, residual?)`` (Paddle's conv fusion pass) is
+    ``act(conv2d + bias + residual)`` in canonical ops, so the rules see through it (a batch norm after
+    it folds in). Activations other than identity and relu, and split outputs, stay opaque."""
+    _arity(line, 4)
+    activation = str(line.attrs.get("activation", "identity"))
+    if activation not in _FUSED_ACTIVATIONS or line.attrs.get("split_channels"):
+        return _opaque(r, line)
+    x, w = (r.tensor(line, o) for o in line.operands[:2])
+    y = _conv(r, line, x, w)
+    axis = CONV_AXES[_layout(line)].channel
+    for name in line.operands[2:]:
+        if name == NULL_VALUE:
+            continue
+        term = r.tensor(line, name)
+        if term.type.rank == 1:  # a bias per channel
+            shape = tuple(term.type.shape[0] if i == axis else 1 for i in range(4))
+            term = r.add(line, "reshape", [term], shape=shape)
+        y = r.add(line, "add", [y, term])
+    act = _FUSED_ACTIVATIONS[activation]
+    y = y if act is None else r.add(line, act, [y])
+    results: list[Value | list[Value]] = [y, []]
+    return results[: len(line.results)]
+
+
+def _conv(r: _Reader, line: Line, x: Value, w: Value) -> Value:
+    """The conv2d of a Paddle conv line (its strides, dilations, paddings, groups, data format)."""
+    layout = _layout(line)
+    strides = tuple(int(v) for v in line.attrs.get("strides", (1, 1)))  # type: ignore[union-attr]
+    dilations = tuple(int(v) for v in line.attrs.get("dilations", (1, 1)))  # type: ignore[union-attr]
+    if w.type.rank != 4:
+        raise ParseError(f"filter {w.type} is not OIHW", line=line.number, op=line.name)
+    padding = _paddle_padding(line, _spatial(x, layout), w.type.shape[2:], strides, dilations)
+    if layout == "NHWC":
+        w = r.add(line, "transpose", [w], perm=(2, 3, 1, 0))
+    groups = int(line.attrs.get("groups", 1))  # type: ignore[arg-type]
+    attrs = {"strides": strides, "padding": padding, "dilations": dilations, "layout": layout}
+    return r.add(line, "conv2d", [x, w], groups=groups, **attrs)
+
+
+@handles("pd.batch_norm_", "pd.batch_norm")
+def _batch_norm(r: _Reader, line: Line) -> Results:
+    """``pd.batch_norm_(x, mean, variance, scale, bias)`` at inference (``is_test``) is ``batch_norm``;
+    its statistics results are the running statistics, its reserve space is never read."""
+    if not _flag(line, "is_test", False) or len(line.operands) != 5:
+        return _opaque(r, line)
+    x, mean, var, scale, bias = (r.tensor(line, o) for o in line.operands)
+    axis = 1 if _layout(line) == "NCHW" else x.type.rank - 1
+    epsilon = float(line.attrs.get("epsilon", 1e-5))  # type: ignore[arg-type]
+    y = r.add(line, "batch_norm", [x, scale, bias, mean, var], epsilon=epsilon, axis=axis)
+    reserve = Value(TensorType((0,), "uint8"))
+    r.dynamic.add(id(reserve))
+    return [y, mean, var, mean, var, reserve][: len(line.results)]
+
+
+@handles("pd.layer_norm")
+def _layer_norm(r: _Reader, line: Line) -> Results:
+    """``pd.layer_norm(x, scale, bias)`` over the last axis of a float32 or float64 ``x`` is
+    ``layer_norm`` (an absent scale is 1, an absent bias 0); its mean and variance results are the
+    statistics over that axis. Other axes and half-precision ``x`` (whose statistics
+    Paddle keeps in float32) stay opaque."""
+    x = r.tensor(line, line.operands[0])
+    last = x.type.rank - 1
+    begin = line.attrs.get("begin_norm_axis", 1)
+    if len(line.operands) != 3 or x.type.dtype not in ("float32", "float64") or begin not in (last, -1):
+        return _opaque(r, line)
+    channels, dtype = (x.type.shape[-1],), x.type.dtype
+    params = []
+    for name, fill in zip(line.operands[1:], (1.0, 0.0), strict=True):
+        value = None if name == NULL_VALUE else r.tensor(line, name)
+        if value is not None and value.type != TensorType(channels, dtype):
+            return _opaque(r, line)
+        params.append(value or r.add(line, "full", [], shape=channels, value=fill, dtype=dtype))
+    epsilon = _number(line, "epsilon", 1e-5)
+    y = r.add(line, "layer_norm", [x, *params], epsilon=epsilon)
+    centered = r.add(line, "sub", [x, r.add(line, "reduce_mean", [x], axis=last, keepdim=1)])
+    mean = r.add(line, "reduce_mean", [x], axis=last)
+    variance = r.add(line, "reduce_mean", [r.add(line, "mul", [centered, centered])], axis=last)
+    return [y, mean, variance][: len(line.results)]
+
+
+@handles("pd.pool2d")
+def _pool2d(r: _Reader, line: Line) -> Results:
+    """``pd.pool2d(x, kernel_size)``: max or average (``exclusive``: over the elements inside x),
+    global, or adaptive where the output divides the input; ``ceil_mode`` as extra padding at the end
+    (not for an inclusive average, which Paddle divides differently there)."""
+    _arity(line, 2)
+    x = r.tensor(line, line.operands[0])
+    layout = _layout(line)
+    sizes = _spatial(x, layout)
+    kind = str(line.attrs.get("pooling_type", "max"))
+    exclusive = _flag(line, "exclusive", True)
+    if kind == "avg":
+        kind = "avg_exclusive" if exclusive else "avg"
+    ceil = _flag(line, "ceil_mode", False)
+    window: tuple[int, ...]
+    strides: tuple[int, ...]
+    padding: tuple[int, ...]
+    if _flag(line, "global_pooling", False):
+        window, strides, padding = sizes, (1, 1), (0, 0, 0, 0)
+    else:
+        window = r.int_array(line, line.operands[1])
+        window = (window[0], window[0]) if len(window) == 1 else window
+        strides = tuple(int(v) for v in line.attrs.get("strides", (1, 1)))  # type: ignore[union-attr]
+        if _flag(line, "adaptive", False):  # an output size of -1 (None) keeps the input's
+            window = tuple(s if k == -1 else k for s, k in zip(sizes, window, strict=True))
+            if any(s % k for s, k in zip(sizes, window, strict=True)):
+                return _opaque(r, line)
+            window = strides = tuple(s // k for s, k in zip(sizes, window, strict=True))
+        padding = _paddle_padding(line, sizes, window, strides, (1, 1))
+    if kind not in ("max", "avg", "avg_exclusive") or (ceil and kind == "avg"):
+        return _opaque(r, line)
+    if ceil:  # the last window may start inside the padding's end: pad so it is whole
+        extra = []
+        for i, (size, k, stride) in enumerate(zip(sizes, window, strides, strict=True)):
+            span = size + padding[2 * i] + padding[2 * i + 1] - k
+            extra += [padding[2 * i], padding[2 * i + 1] + (-span) % stride]
+        padding = tuple(extra)
+    attrs = {"window": tuple(window), "strides": strides, "padding": padding, "layout": layout}
+    return [r.add(line, "pool2d", [x], kind=kind, **attrs)]
 
 
 def _normalized(
@@ -43,7 +259,7 @@ def _normalized(
     return (x - mean) * jax.lax.rsqrt(variance + epsilon), mean, variance
 
 
-def _layer_norm(
+def _layer_norm_meaning(
     x: jax.Array, *params: jax.Array, begin_norm_axis: int, epsilon: float, operands: str = "t,t,t", **_: Any
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """``pd_op.layer_norm``: normalized over the dims from ``begin_norm_axis`` on, then scale and bias
@@ -76,13 +292,13 @@ def _fused_bias_residual_layernorm(
         total = total + jnp.asarray(residual_alpha, x.dtype) * residual
     kinds = ",".join(["t", "t" if scale is not None else "n", "t" if norm_bias is not None else "n"])
     params = [t for t in (scale, norm_bias) if t is not None]
-    y, mean, var = _layer_norm(
+    y, mean, var = _layer_norm_meaning(
         total, *params, begin_norm_axis=begin_norm_axis, epsilon=epsilon, operands=kinds
     )
     return y, total, mean.reshape(-1), var.reshape(-1)
 
 
-def _conv2d(
+def _conv2d_meaning(
     x: jax.Array,
     w: jax.Array,
     *,
@@ -153,13 +369,13 @@ def _conv2d_transpose(
     )
 
 
-def _fused_conv2d_add_act(
+def _fused_conv2d_add_act_meaning(
     x: jax.Array, w: jax.Array, *tensors: jax.Array, activation: str, operands: str = "t,t,t,t", **attrs: Any
 ) -> tuple[jax.Array]:
     """``pd_op.fused_conv2d_add_act(x, filter, bias, residual)``: act(conv + bias + residual), a 1-D
     bias per output channel."""
     bias, residual = _optional(tensors, operands, 2, 2)
-    out = _conv2d(x, w, **attrs)
+    out = _conv2d_meaning(x, w, **attrs)
     if bias is not None and bias.ndim == 1 and attrs.get("data_format", "NCHW") == "NCHW":
         bias = bias.reshape(-1, 1, 1)
     out = out if bias is None else out + bias
@@ -168,7 +384,7 @@ def _fused_conv2d_add_act(
     return (acts[activation](out),)
 
 
-def _batch_norm(
+def _batch_norm_meaning(
     x: jax.Array,
     mean: jax.Array,
     variance: jax.Array,
@@ -191,39 +407,22 @@ def _batch_norm(
     return out, mean, variance, mean, variance, jnp.zeros((0,), jnp.uint8)
 
 
-register_opaque("pd_op.conv2d", _conv2d)
-register_opaque("pd_op.conv2d_transpose", _conv2d_transpose)
-register_opaque("pd_op.fused_conv2d_add_act", _fused_conv2d_add_act)
-register_opaque("pd_op.batch_norm_", _batch_norm)
-register_opaque("pd_op.pow", _pow)
-register_opaque("pd_op.fused_bias_residual_layernorm", _fused_bias_residual_layernorm)
-register_opaque("pd_op.layer_norm", _layer_norm)
+meaning("pd_op.conv2d", _conv2d_meaning)
 
 
-def _slice(
-    x: jax.Array,
-    starts: Any,
-    ends: Any,
-    *,
-    axes: tuple[int, ...],
-    decrease_axis: tuple[int, ...] = (),
-    **_: Any,
-) -> jax.Array:
-    """``pd_op.slice``: starts and ends (constants) along axes; ``decrease_axis`` dims dropped."""
-    index = [slice(None)] * x.ndim
-    for axis, start, end in zip(axes, np.asarray(starts).ravel(), np.asarray(ends).ravel(), strict=True):
-        index[axis] = slice(int(start), int(end))
-    out = x[tuple(index)]
-    return jnp.squeeze(out, axis=tuple(decrease_axis)) if decrease_axis else out
+meaning("pd_op.conv2d_transpose", _conv2d_transpose)
 
 
-def _split(x: jax.Array, sections: Any, axis: Any, **_: Any) -> tuple[jax.Array, ...]:
-    """``pd_op.split``: sizes along an axis (one size may be -1: the rest)."""
-    sizes = [int(s) for s in np.asarray(sections).ravel()]
-    axis = int(np.asarray(axis).ravel()[0]) % x.ndim
-    if -1 in sizes:
-        sizes[sizes.index(-1)] = x.shape[axis] - (sum(sizes) + 1)
-    return tuple(jnp.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis))
+meaning("pd_op.fused_conv2d_add_act", _fused_conv2d_add_act_meaning)
+
+
+meaning("pd_op.batch_norm_", _batch_norm_meaning)
+
+
+meaning("pd_op.fused_bias_residual_layernorm", _fused_bias_residual_layernorm)
+
+
+meaning("pd_op.layer_norm", _layer_norm_meaning)
 
 
 def _embedding(ids: jax.Array, weight: jax.Array, *, padding_idx: int = -1, **_: Any) -> jax.Array:
@@ -234,51 +433,7 @@ def _embedding(ids: jax.Array, weight: jax.Array, *, padding_idx: int = -1, **_:
     return out
 
 
-def _swiglu(x: jax.Array, *rest: jax.Array, operands: str = "t,t", **_: Any) -> jax.Array:
-    """``pd_op.swiglu``: silu(x) * y, or with y absent, of x's two halves along the last dim."""
-    y = rest[0] if rest else None
-    if y is None:
-        x, y = jnp.split(x, 2, axis=-1)
-    return jax.nn.silu(x) * y
-
-
-_ELEMENTWISE = {
-    "greater_than": jnp.greater,
-    "greater_equal": jnp.greater_equal,
-    "less_than": jnp.less,
-    "less_equal": jnp.less_equal,
-    "equal": jnp.equal,
-    "not_equal": jnp.not_equal,
-    "logical_and": jnp.logical_and,
-    "logical_or": jnp.logical_or,
-    "logical_not": jnp.logical_not,
-    "where": jnp.where,
-    "erf": jax.scipy.special.erf,
-    "floor": jnp.floor,
-    "ceil": jnp.ceil,
-    "sign": jnp.sign,
-    "sin": jnp.sin,
-    "cos": jnp.cos,
-    "tan": jnp.tan,
-    "log1p": jnp.log1p,
-    "expm1": jnp.expm1,
-    "reciprocal": jnp.reciprocal,
-    "isnan": jnp.isnan,
-    "isinf": jnp.isinf,
-    "isfinite": jnp.isfinite,
-    "elementwise_pow": jnp.power,
-    "floor_divide": jnp.floor_divide,  # Paddle floors, as Python does
-    "remainder": jnp.remainder,  # the sign of the divisor, as Python's %
-}
-for _name, _fn in _ELEMENTWISE.items():
-    register_opaque(f"pd_op.{_name}", lambda *xs, _fn=_fn, **_: _fn(*xs))
-register_opaque("pd_op.slice", _slice)
-register_opaque("pd_op.split", _split)
-register_opaque("pd_op.embedding", _embedding)
-register_opaque("pd_op.swiglu", _swiglu)
-register_opaque(
-    "pd_op.full_like", lambda x, value, *, dtype, **_: jnp.full_like(x, np.asarray(value).item(), dtype)
-)
+meaning("pd_op.embedding", _embedding)
 
 
 def _rms_norm(
@@ -304,89 +459,13 @@ def _rms_norm(
     return out, total, inv.reshape(-1)
 
 
-def _arange(start: Any, end: Any, step: Any, *, dtype: str, **_: Any) -> jax.Array:
-    """``pd_op.arange`` of constant start, end and step."""
-    first, last, stride = (np.asarray(v).item() for v in (start, end, step))
-    return jnp.arange(first, last, stride, dtype=dtype)
+meaning("pd_op.rms_norm", _rms_norm)
 
 
-register_opaque(
-    "pd_op.full_with_tensor",
-    lambda value, shape, *, dtype, **_: jnp.full(
-        tuple(int(d) for d in np.asarray(shape)), value.reshape(()), dtype
-    ),
-)
-register_opaque("pd_op.rms_norm", _rms_norm)
-register_opaque("pd_op.rnn", paddle_rnn.rnn)
-register_opaque("pd_op.fused_rms_norm_quant", _rms_norm)  # Paddle 3.3's name (fused_rms_norm) for it
-register_opaque("pd_op.arange", _arange)
+meaning("pd_op.rnn", rnn.rnn)
 
 
-def _axis(axis: Any) -> int:
-    return int(np.asarray(axis).ravel()[0])
-
-
-register_opaque("pd_op.leaky_relu", lambda x, *, negative_slope, **_: jax.nn.leaky_relu(x, negative_slope))
-register_opaque("pd_op.clip", lambda x, lo, hi, **_: jnp.clip(x, lo, hi))
-register_opaque("pd_op.cumsum", lambda x, axis, **_: jnp.cumsum(x, axis=_axis(axis)))
-
-
-def _roll(x: jax.Array, shifts: Any, *, axis: Any = (), **_: Any) -> jax.Array:
-    """Paddle's roll: ``shifts`` along ``axis`` (each its own), or over the flattened tensor where
-    ``axis`` is empty."""
-    steps = tuple(int(s) for s in np.ravel(np.asarray(shifts)))
-    axes = tuple(int(a) for a in np.ravel(np.asarray(axis, dtype=np.int64)))
-    if not axes:
-        return jnp.roll(x.reshape(-1), steps[0]).reshape(x.shape)
-    return jnp.roll(x, steps, axes)
-
-
-register_opaque("pd_op.roll", _roll)
-register_opaque("pd_op.triu", lambda x, *, diagonal=0, **_: jnp.triu(x, diagonal))
-register_opaque("pd_op.tril", lambda x, *, diagonal=0, **_: jnp.tril(x, diagonal))
-register_opaque("pd_op.meshgrid", lambda *xs, **_: tuple(jnp.meshgrid(*xs, indexing="ij")))
-register_opaque("pd_op.stack", lambda *xs, axis, **_: jnp.stack(xs, axis=axis))
-register_opaque(
-    "pd_op.argmax",
-    lambda x, axis, *, keepdims, dtype="int64", **_: jnp.argmax(
-        x, axis=_axis(axis), keepdims=bool(keepdims)
-    ).astype(dtype),
-)
-
-
-def _softplus(x: jax.Array, *, beta: float = 1.0, threshold: float = 20.0, **_: Any) -> jax.Array:
-    """``log(1 + exp(beta x)) / beta``, and x itself where ``beta x`` exceeds ``threshold``."""
-    scaled = x * beta
-    return jnp.where(scaled > threshold, x, jnp.logaddexp(scaled, 0.0) / beta)
-
-
-def _mish(x: jax.Array, **attrs: Any) -> jax.Array:
-    """``x tanh(softplus(x))``, softplus linear past ``lambda``."""
-    return x * jnp.tanh(_softplus(x, threshold=attrs.get("lambda", 20.0)))
-
-
-def _prelu(x: jax.Array, alpha: jax.Array, *, mode: str, data_format: str = "NCHW", **_: Any) -> jax.Array:
-    """max(x, 0) + alpha min(x, 0): one alpha (``all``), one per channel, or one per element."""
-    if mode == "channel":
-        axis = 1 if data_format.startswith("NC") else x.ndim - 1
-        alpha = alpha.reshape([-1 if i == axis else 1 for i in range(x.ndim)])
-    elif mode == "element":
-        alpha = alpha.reshape(x.shape[1:])
-    return jnp.where(x > 0, x, alpha * x)
-
-
-_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
-
-
-def _pad3d(
-    x: jax.Array, paddings: Any, *, mode: str, pad_value: float, data_format: str, **_: Any
-) -> jax.Array:
-    """``pad3d``: paddings (left, right, top, bottom, front, back) of the W, H and D axes."""
-    p = [int(v) for v in np.asarray(paddings).ravel()]
-    spatial = [(p[4], p[5]), (p[2], p[3]), (p[0], p[1])]
-    widths = [(0, 0), (0, 0), *spatial] if data_format == "NCDHW" else [(0, 0), *spatial, (0, 0)]
-    extra = {"constant_values": pad_value} if mode == "constant" else {}
-    return jnp.pad(x, widths, mode=_PAD_MODES[mode], **extra)
+meaning("pd_op.fused_rms_norm_quant", _rms_norm)  # Paddle 3.3's name (fused_rms_norm) for it
 
 
 def _affine(y: jax.Array, scale: jax.Array | None, bias: jax.Array | None, axis: int) -> jax.Array:
@@ -460,7 +539,9 @@ def _adaptive_max_with_index(
     return _stacked(values, x, kernel_size), _stacked(index, x, kernel_size)
 
 
-def _pool2d(x: jax.Array, kernel: Any, *, pooling_type: str, adaptive: int = 0, **attrs: Any) -> jax.Array:
+def _pool2d_meaning(
+    x: jax.Array, kernel: Any, *, pooling_type: str, adaptive: int = 0, **attrs: Any
+) -> jax.Array:
     """``pool2d`` where eqsat's canonical pool cannot say it: adaptive windows that do not divide the
     input (NCHW)."""
     if not adaptive or attrs.get("data_format", "NCHW") != "NCHW":
@@ -480,30 +561,6 @@ def _source_index(
         return i * ((size - 1) / (out - 1) if out > 1 else 0.0)
     ratio = 1.0 / scale if scale else size / out
     return (i + 0.5) * ratio - 0.5 if half_pixel else i * ratio
-
-
-def _operand_groups(tensors: tuple[Any, ...], operands: str) -> list[Any]:
-    """The operands after the first, by the layout ``operands`` records: a tensor (``t``), None where
-    absent (``n``), or a list of n (``l<n>``)."""
-    present = iter(tensors)
-    groups: list[Any] = []
-    for kind in operands.split(",")[1:]:
-        if kind == "n":
-            groups.append(None)
-        elif kind.startswith("l"):
-            groups.append([next(present) for _ in range(int(kind[1:]))])
-        else:
-            groups.append(next(present))
-    return groups
-
-
-def _known_ints(op: str, what: str, values: Any) -> list[float]:
-    """The numbers in an operand that sizes a result: known when the program is read (shape arithmetic
-    on the bound inputs), not computed from tensor values."""
-    parts = values if isinstance(values, list) else [values]
-    if any(isinstance(v, jax.core.Tracer) for v in parts):
-        raise UnsupportedError(f"{op}: its {what} is computed from tensor values, not from shapes")
-    return [float(v) for part in parts for v in np.asarray(part).ravel()]
 
 
 def _interpolate(
@@ -546,14 +603,19 @@ def _interpolate(
     return x
 
 
-register_opaque("pd_op.elu", lambda x, *, alpha=1.0, **_: jax.nn.elu(x, alpha))
-register_opaque("pd_op.softplus", _softplus)
-register_opaque("pd_op.mish", _mish)
-register_opaque("pd_op.prelu", _prelu)
-register_opaque("pd_op.pad3d", _pad3d)
-register_opaque("pd_op.group_norm", _group_norm)
-register_opaque("pd_op.instance_norm", _instance_norm)
-register_opaque("pd_op.max_pool2d_with_index", _adaptive_max_with_index)
-register_opaque("pd_op.pool2d", _pool2d)
-register_opaque("pd_op.nearest_interp", _interpolate)
-register_opaque("pd_op.bilinear_interp", _interpolate)
+meaning("pd_op.group_norm", _group_norm)
+
+
+meaning("pd_op.instance_norm", _instance_norm)
+
+
+meaning("pd_op.max_pool2d_with_index", _adaptive_max_with_index)
+
+
+meaning("pd_op.pool2d", _pool2d_meaning)
+
+
+meaning("pd_op.nearest_interp", _interpolate)
+
+
+meaning("pd_op.bilinear_interp", _interpolate)
