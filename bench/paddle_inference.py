@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 import eqsat
-from bench.common import interleaved, settled, write
+from bench.common import OUT, interleaved, merged_rows, settled, write
 from bench.paddle_nets import DEPLOYED, NETWORKS, inputs, predictor, save
 from eqsat.cost import Measured
 from eqsat.ir import OPAQUE, Program, TensorType
@@ -122,6 +122,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"paddle x{row['speedup_vs_paddle']:.2f} | onednn x{row['speedup_vs_paddle_onednn']:.2f}",
                 file=sys.stderr,
             )
+    if args.only:  # the other networks' rows of the last full run stay
+        rows = merged_rows(OUT / "paddle_inference.json", rows, "network")
     print(write("paddle_inference", {"rows": rows}))
 
 

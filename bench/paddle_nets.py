@@ -13,6 +13,60 @@ import paddle
 from paddle import inference
 
 models = paddle.vision.models
+nn = paddle.nn
+
+# PP-LCNet's depthwise-separable stages (PaddleClas): kernel, channels in, channels out, stride,
+# squeeze-excitation, each channel count times the network's scale
+_LCNET = (
+    (3, 16, 32, 1, False),
+    (3, 32, 64, 2, False),
+    (3, 64, 64, 1, False),
+    (3, 64, 128, 2, False),
+    (3, 128, 128, 1, False),
+    (3, 128, 256, 2, False),
+    *((5, 256, 256, 1, False),) * 5,
+    (5, 256, 512, 2, True),
+    (5, 512, 512, 1, True),
+)
+
+
+def _conv_bn(c_in: int, c_out: int, k: int, stride: int = 1, groups: int = 1) -> nn.Layer:
+    """A conv without bias, batch norm and hardswish: PP-LCNet's unit."""
+    conv = nn.Conv2D(c_in, c_out, k, stride, (k - 1) // 2, groups=groups, bias_attr=False)
+    return nn.Sequential(conv, nn.BatchNorm2D(c_out), nn.Hardswish())
+
+
+class _SqueezeExcite(nn.Layer):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.reduce, self.expand = (
+            nn.Conv2D(channels, channels // 4, 1),
+            nn.Conv2D(channels // 4, channels, 1),
+        )
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        gate = self.expand(nn.functional.relu(self.reduce(nn.functional.adaptive_avg_pool2d(x, 1))))
+        return x * nn.functional.hardsigmoid(gate)
+
+
+def pp_lcnet(scale: float = 1.0, classes: int = 1000) -> nn.Layer:
+    """PP-LCNet (PaddleClas' CPU network): a strided stem, depthwise-separable blocks (3x3 then 5x5
+    depthwise convs, squeeze-excitation in the last two), hardswish, a 1280-wide 1x1 head."""
+
+    def width(c: int) -> int:
+        return max(8, int(c * scale + 4) // 8 * 8)
+
+    layers = [_conv_bn(3, width(16), 3, 2)]
+    for k, c_in, c_out, stride, se in _LCNET:
+        layers.append(_conv_bn(width(c_in), width(c_in), k, stride, groups=width(c_in)))
+        layers += [_SqueezeExcite(width(c_in))] if se else []
+        layers.append(_conv_bn(width(c_in), width(c_out), 1))
+    head = nn.Sequential(
+        nn.AdaptiveAvgPool2D(1), nn.Conv2D(width(512), 1280, 1), nn.Hardswish(), nn.Flatten()
+    )
+    return nn.Sequential(*layers, head, nn.Linear(1280, classes))
+
+
 Shapes = tuple[tuple[int, ...], ...]
 # name -> (the network, the shapes of its inputs without the batch)
 NETWORKS: dict[str, tuple[Callable[[], object], Shapes]] = {
@@ -21,6 +75,7 @@ NETWORKS: dict[str, tuple[Callable[[], object], Shapes]] = {
     "mobilenet_v3_small": (lambda: models.mobilenet_v3_small(scale=0.5, num_classes=10), ((3, 32, 32),)),
     "squeezenet1_0": (lambda: models.squeezenet1_0(num_classes=10), ((3, 64, 64),)),
     "shufflenet_v2_x0_25": (lambda: models.shufflenet_v2_x0_25(num_classes=10), ((3, 32, 32),)),
+    "pp_lcnet_x0_5": (lambda: pp_lcnet(0.5, classes=10), ((3, 32, 32),)),
     "transformer_encoder": (
         lambda: paddle.nn.TransformerEncoder(paddle.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1), 2),
         ((8, 32),),
@@ -39,6 +94,7 @@ NETWORKS: dict[str, tuple[Callable[[], object], Shapes]] = {
 DEPLOYED: dict[str, tuple[Callable[[], object], Shapes]] = {
     "resnet18_224": (lambda: models.resnet18(), ((3, 224, 224),)),
     "mobilenet_v2_224": (lambda: models.mobilenet_v2(), ((3, 224, 224),)),
+    "pp_lcnet_224": (lambda: pp_lcnet(1.0), ((3, 224, 224),)),
 }
 _ALL = {**NETWORKS, **DEPLOYED}
 

@@ -185,6 +185,7 @@ CASES = [
     ),
     Case("stack", lambda x, y: paddle.stack([x, y], axis=1), (X, Y)),
     Case("roll", lambda x: paddle.roll(x, shifts=[1, -2], axis=[0, 1]), (X,)),
+    Case("expand_as", lambda x, y: x.expand_as(y), (_x(1, 4), _x(3, 4))),
     Case("roll-flat", lambda x: paddle.roll(x, shifts=3), (X,)),
     Case("triu", lambda x: paddle.triu(x, 1), (_x(3, 4),)),
     Case("tril", lambda x: paddle.tril(x, -1), (_x(2, 3, 3),)),
@@ -305,6 +306,14 @@ CASES = [
     ),
     Case("shape64-full_with_tensor", lambda x: paddle.full(paddle.shape(x), 2.0) + x, (X,)),
     Case("shape", lambda x: paddle.full(paddle._C_ops.shape(x), 2.0) + x, (X,)),
+    Case(  # what `1 / x` becomes in to_static code with a dynamic batch
+        "full_batch_size_like",
+        lambda x: (
+            paddle._C_ops.full_batch_size_like(x, [-1, 1, 3], paddle.float32, 1.5, 0, 0, paddle.CPUPlace())
+            / x[:, :1, None]
+        ),
+        (_x(3, 4, 3),),
+    ),
     Case("rnn-lstm", lambda x: paddle.nn.LSTM(4, 6, num_layers=2)(x), (_x(2, 3, 4),)),
     Case("rnn-gru-bidirectional", lambda x: paddle.nn.GRU(4, 5, direction="bidirect")(x), (_x(2, 3, 4),)),
     Case("rnn-simple", lambda x: paddle.nn.SimpleRNN(4, 5)(x), (_x(2, 3, 4),)),

@@ -239,27 +239,31 @@ def test_a_zoo_architecture_saved_with_dynamic_sizes_matches_paddle_inference(na
     two sizes against Paddle Inference. Where the dims nothing binds (taken as 1) cannot run (a 4x4
     stem on a 1x1 image), the load names the input to bind; bound once, ``fn`` still specializes on
     each call's shapes. Where Paddle Inference cannot run the file, Paddle runs the layer."""
-    layer_type, spec, dtype, calls = ZOO[name]
-    layer, eager = (_seeded(layer_type) for _ in range(2))  # the same weights: one saved, one run eagerly
-    specs = [paddle.static.InputSpec(spec[0], dtype, "x")]
+    arch = ZOO[name]
+    layer, eager = (_seeded(arch.layer) for _ in range(2))  # the same weights: one saved, one run eagerly
+    names = input_names(arch.inputs)
+    specs = [paddle.static.InputSpec(s, arch.dtype, n) for s, n in zip(arch.inputs, names, strict=True)]
     paddle.jit.save(paddle.jit.to_static(layer, input_spec=specs, full_graph=True), str(tmp_path / name))
     path = tmp_path / f"{name}.json"
     try:
         program = eqsat.load(path)
     except eqsat.ParseError as e:
-        assert "were taken as 1: bind them, shapes={'x'" in str(e)
-        program = eqsat.load(path, shapes={"x": calls[0]})
+        assert f"were taken as 1: bind them, shapes={{{names[0]!r}" in str(e)
+        program = eqsat.load(path, shapes=dict.fromkeys(names, arch.calls[0]))
     fn = eqsat.optimize(program).fn
     paddle_inference = predictor(path)
     rng = np.random.default_rng(0)
-    for shape in calls:
-        x = rng.integers(0, 40, shape) if dtype == "int64" else rng.normal(size=shape).astype(np.float32)
+    for shape in arch.calls:
+        if arch.dtype == "int64":
+            xs = [rng.integers(0, high, shape) for high in arch.vocab]
+        else:
+            xs = [rng.normal(size=shape).astype(np.float32)]
         if name in INFERENCE_FAILS:
-            outputs = eager(paddle.to_tensor(x))
+            outputs = eager(*map(paddle.to_tensor, xs))
             want = [t.numpy() for t in (outputs if isinstance(outputs, tuple | list) else [outputs])]
         else:
-            want = paddle_inference([x])
-        got = fn(x)
+            want = paddle_inference(xs)
+        got = fn(*xs)
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-5 * np.abs(w).max())

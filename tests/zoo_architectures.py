@@ -7,6 +7,8 @@ dtype and two call shapes."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
@@ -271,18 +273,136 @@ class Segmenter(nn.Layer):
         return F.interpolate(logits, size=paddle.shape(x)[2:], mode="bilinear", align_corners=False)
 
 
-ZOO: dict[str, tuple[type[nn.Layer], list[list[int | None]], str, tuple[tuple[int, ...], ...]]] = {
-    "convnext": (ConvNeXtBlock, [[None, 3, None, None]], "float32", ((2, 3, 32, 32), (1, 3, 48, 16))),
-    "swin": (SwinBlock, [[None, 3, 16, 16]], "float32", ((2, 3, 16, 16), (3, 3, 16, 16))),
-    "unet": (UNet, [[None, 3, None, None]], "float32", ((2, 3, 16, 16), (1, 3, 8, 24))),
-    "deeplab": (DeepLabASPP, [[None, 3, None, None]], "float32", ((2, 3, 16, 16), (1, 3, 20, 12))),
-    "yolo": (YoloHead, [[None, 3, None, None]], "float32", ((2, 3, 32, 32), (1, 3, 16, 24))),
-    "gpt": (GPT, [[None, None]], "int64", ((2, 8), (1, 5))),
-    "crnn": (CRNN, [[None, 3, 8, None]], "float32", ((2, 3, 8, 16), (1, 3, 8, 10))),
-    "vit": (ViT, [[None, 3, 16, 16]], "float32", ((2, 3, 16, 16), (3, 3, 16, 16))),
-    "ocrnet": (OCRHead, [[None, 3, None, None]], "float32", ((2, 3, 16, 16), (1, 3, 12, 20))),
-    "svtr": (SVTRMix, [[None, 3, 8, None]], "float32", ((2, 3, 8, 32), (1, 3, 8, 16))),
-    "hgnet": (HGNetESE, [[None, 3, None, None]], "float32", ((2, 3, 16, 16), (1, 3, 12, 20))),
+class BiSeNetV2Agg(nn.Layer):
+    """Detail branch (strided convs), semantic branch (stem + context embedding with global pooling),
+    bilateral guided aggregation: sigmoid gates, upsampling to the detail size."""
+
+    def __init__(self):
+        super().__init__()
+        self.detail = nn.Sequential(
+            nn.Conv2D(3, 16, 3, 2, 1), nn.BatchNorm2D(16), nn.ReLU(), nn.Conv2D(16, 16, 3, 2, 1)
+        )
+        self.semantic = nn.Sequential(
+            nn.Conv2D(3, 16, 3, 4, 1), nn.BatchNorm2D(16), nn.ReLU(), nn.Conv2D(16, 16, 3, 2, 1)
+        )
+        self.ce = nn.Conv2D(16, 16, 1)
+        self.gate = nn.Conv2D(16, 16, 3, 1, 1, groups=16)
+        self.head = nn.Conv2D(16, 4, 1)
+
+    def forward(self, x):
+        d = self.detail(x)
+        s = self.semantic(x)
+        s = s + self.ce(F.adaptive_avg_pool2d(s, 1))
+        s_up = F.interpolate(s, size=paddle.shape(d)[2:], mode="bilinear", align_corners=False)
+        agg = d * F.sigmoid(self.gate(s_up)) + s_up * F.sigmoid(self.gate(d))
+        return F.interpolate(self.head(agg), size=paddle.shape(x)[2:], mode="bilinear", align_corners=False)
+
+
+class PicoDetGFL(nn.Layer):
+    """A GFL head: box sides as distributions over bins, integrated by a softmax and a product with
+    the bin positions; scores with sigmoid; grid centres from the feature size."""
+
+    def __init__(self, bins=8):
+        super().__init__()
+        self.bins = bins
+        self.stem = nn.Conv2D(3, 16, 3, 8, 1)
+        self.cls = nn.Conv2D(16, 3, 1)
+        self.reg = nn.Conv2D(16, 4 * (bins + 1), 1)
+        self.register_buffer("proj", paddle.linspace(0, bins, bins + 1))
+
+    def forward(self, x):
+        f = F.relu(self.stem(x))
+        b = paddle.shape(f)[0]
+        scores = F.sigmoid(self.cls(f)).flatten(2).transpose([0, 2, 1])
+        reg = self.reg(f).flatten(2).transpose([0, 2, 1]).reshape([b, -1, 4, self.bins + 1])
+        dist = F.softmax(reg, axis=-1).matmul(self.proj.reshape([-1, 1])).squeeze(-1) * 8.0
+        h, w = paddle.shape(f)[2], paddle.shape(f)[3]
+        ys, xs = paddle.meshgrid(
+            paddle.arange(h, dtype="float32") * 8 + 4, paddle.arange(w, dtype="float32") * 8 + 4
+        )
+        centers = paddle.stack([xs, ys, xs, ys], axis=-1).reshape([1, -1, 4])
+        signs = paddle.to_tensor([-1.0, -1.0, 1.0, 1.0])
+        return scores, centers + dist * signs
+
+
+class DBHead(nn.Layer):
+    """PaddleOCR's DB head: conv, two transposed convs up by 4, sigmoid probability and threshold maps,
+    the differentiable binarization 1 / (1 + exp(-k (P - T)))."""
+
+    def __init__(self, c=16, k=50):
+        super().__init__()
+        self.k = k
+        self.backbone = nn.Sequential(nn.Conv2D(3, c, 3, 4, 1), nn.ReLU())
+
+        def branch():
+            return nn.Sequential(
+                nn.Conv2D(c, c // 4, 3, padding=1, bias_attr=False),
+                nn.BatchNorm2D(c // 4),
+                nn.ReLU(),
+                nn.Conv2DTranspose(c // 4, c // 4, 2, 2),
+                nn.BatchNorm2D(c // 4),
+                nn.ReLU(),
+                nn.Conv2DTranspose(c // 4, 1, 2, 2),
+            )
+
+        self.prob, self.thresh = branch(), branch()
+
+    def forward(self, x):
+        f = self.backbone(x)
+        p, t = F.sigmoid(self.prob(f)), F.sigmoid(self.thresh(f))
+        return paddle.concat([p, t, 1 / (1 + paddle.exp(-self.k * (p - t)))], axis=1)
+
+
+class UIE(nn.Layer):
+    """UIE: an ERNIE-style encoder with token type and position embeddings, pointer heads for span
+    start and end with sigmoid probabilities."""
+
+    def __init__(self, vocab=60, d=32):
+        super().__init__()
+        self.word, self.pos, self.kind = nn.Embedding(vocab, d), nn.Embedding(64, d), nn.Embedding(2, d)
+        self.norm = nn.LayerNorm(d)
+        self.enc = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(d, 4, 64, dropout=0.0, activation="gelu"), 2
+        )
+        self.start, self.end = nn.Linear(d, 1), nn.Linear(d, 1)
+
+    def forward(self, ids, types):
+        pos = paddle.arange(paddle.shape(ids)[1], dtype="int64").unsqueeze(0).expand_as(ids)
+        mask = paddle.unsqueeze((ids == 0).astype("float32") * -1e4, axis=[1, 2])
+        x = self.norm(self.word(ids) + self.pos(pos) + self.kind(types))
+        h = self.enc(x, mask)
+        return F.sigmoid(self.start(h).squeeze(-1)), F.sigmoid(self.end(h).squeeze(-1))
+
+
+class Architecture(NamedTuple):
+    """A network, its inputs as the zoo exports them (None: a dynamic dim), their dtype, the shapes of
+    two calls (every input of a call has the call's shape), and for integer inputs each one's bound."""
+
+    layer: type[nn.Layer]
+    inputs: tuple[list[int | None], ...]
+    dtype: str
+    calls: tuple[tuple[int, ...], tuple[int, ...]]
+    vocab: tuple[int, ...] = ()
+
+
+IMAGE = [None, 3, None, None]
+ZOO = {
+    "convnext": Architecture(ConvNeXtBlock, (IMAGE,), "float32", ((2, 3, 32, 32), (1, 3, 48, 16))),
+    "swin": Architecture(SwinBlock, ([None, 3, 16, 16],), "float32", ((2, 3, 16, 16), (3, 3, 16, 16))),
+    "unet": Architecture(UNet, (IMAGE,), "float32", ((2, 3, 16, 16), (1, 3, 8, 24))),
+    "deeplab": Architecture(DeepLabASPP, (IMAGE,), "float32", ((2, 3, 16, 16), (1, 3, 20, 12))),
+    "yolo": Architecture(YoloHead, (IMAGE,), "float32", ((2, 3, 32, 32), (1, 3, 16, 24))),
+    "gpt": Architecture(GPT, ([None, None],), "int64", ((2, 8), (1, 5)), (40,)),
+    "crnn": Architecture(CRNN, ([None, 3, 8, None],), "float32", ((2, 3, 8, 16), (1, 3, 8, 10))),
+    "vit": Architecture(ViT, ([None, 3, 16, 16],), "float32", ((2, 3, 16, 16), (3, 3, 16, 16))),
+    "ocrnet": Architecture(OCRHead, (IMAGE,), "float32", ((2, 3, 16, 16), (1, 3, 12, 20))),
+    "svtr": Architecture(SVTRMix, ([None, 3, 8, None],), "float32", ((2, 3, 8, 32), (1, 3, 8, 16))),
+    "hgnet": Architecture(HGNetESE, (IMAGE,), "float32", ((2, 3, 16, 16), (1, 3, 12, 20))),
+    # written after the mechanism was (held out): DB needed full_batch_size_like, UIE expand_as
+    "bisenetv2": Architecture(BiSeNetV2Agg, (IMAGE,), "float32", ((2, 3, 64, 64), (1, 3, 32, 48))),
+    "picodet": Architecture(PicoDetGFL, (IMAGE,), "float32", ((2, 3, 32, 32), (1, 3, 24, 40))),
+    "db": Architecture(DBHead, (IMAGE,), "float32", ((2, 3, 32, 32), (1, 3, 16, 48))),
+    "uie": Architecture(UIE, ([None, None], [None, None]), "int64", ((2, 12), (3, 7)), (60, 2)),
 }
 
 # Paddle Inference's predictor fails on its own saved program here (PreconditionNotMetError: "The meta

@@ -15,6 +15,7 @@ from eqsat.errors import ParseError, ShapeError
 from eqsat.ir import Value
 from eqsat.text import (
     DYNAMIC,
+    NULL_VALUE,
     Line,
 )
 
@@ -23,6 +24,7 @@ from .reader import (
     _arity,
     _attr,
     _canonical,
+    _ints,
     _parse_type,
     _Reader,
     _types,
@@ -68,6 +70,17 @@ def _expand(r: _Reader, line: Line) -> list[Value]:
             out = r.add(line, "full", [], shape=shape, value=producer.attrs["value"], dtype=x.type.dtype)
             r.remember(out, producer.attrs["value"])
             return [out]
+    return [r.add(line, "expand", [x], shape=shape)]
+
+
+@handles("pd.expand_as")
+def _expand_as(r: _Reader, line: Line) -> list[Value]:
+    """``pd.expand_as(x, y)``: x broadcast to y's shape (as bound; without y, ``target_shape``)."""
+    x = r.tensor(line, line.operands[0])
+    if len(line.operands) > 1 and line.operands[1] != NULL_VALUE:
+        shape = r.tensor(line, line.operands[1]).type.shape
+    else:
+        shape = _ints(line, "target_shape")
     return [r.add(line, "expand", [x], shape=shape)]
 
 

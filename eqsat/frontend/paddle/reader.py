@@ -234,6 +234,14 @@ def _attr(line: Line, key: str) -> object:
     return line.attrs[key]
 
 
+def _ints(line: Line, key: str) -> tuple[int, ...]:
+    """An attribute that is a list of integers (a shape)."""
+    value = _attr(line, key)
+    if not isinstance(value, tuple | list) or not all(isinstance(v, int) for v in value):
+        raise ParseError(f"{key} {value!r} is not a list of integers", line=line.number, op=line.name)
+    return tuple(value)
+
+
 def _number(line: Line, key: str, default: float) -> float:
     value = line.attrs.get(key, default)
     if not isinstance(value, int | float):

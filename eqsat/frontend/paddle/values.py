@@ -22,6 +22,7 @@ from .reader import (
     Results,
     _arity,
     _attr,
+    _ints,
     _opaque,
     _parse_type,
     _Range,
@@ -42,6 +43,25 @@ def _full(r: _Reader, line: Line) -> list[Value]:
     if not isinstance(value, int | float):
         raise ParseError(f"bad attribute value: {value!r} is not a number", line=line.number, op=line.name)
     out = r.add(line, "full", [], shape=shape, value=float(value), dtype=dtype)
+    r.remember(out, value)
+    return [out]
+
+
+@handles("pd.full_batch_size_like")
+def _full_batch_size_like(r: _Reader, line: Line) -> list[Value]:
+    """``pd.full_batch_size_like(x) {shape, value, input_dim_idx, output_dim_idx}`` (``1 / x`` in
+    ``to_static`` code): a ``full`` of ``shape`` whose dim ``output_dim_idx`` is x's dim
+    ``input_dim_idx`` (its batch)."""
+    _arity(line, 1)
+    x = r.tensor(line, line.operands[0])
+    shape, value = list(_ints(line, "shape")), _attr(line, "value")
+    source, target = line.attrs.get("input_dim_idx", 0), line.attrs.get("output_dim_idx", 0)
+    if not isinstance(source, int) or not isinstance(target, int) or not isinstance(value, int | float):
+        raise ParseError("needs integer dim indices and a numeric value", line=line.number, op=line.name)
+    if not (-x.type.rank <= source < x.type.rank and -len(shape) <= target < len(shape)):
+        raise ParseError(f"dims {source} of {x.type}, {target} of {shape}", line=line.number, op=line.name)
+    shape[target] = x.type.shape[source]
+    out = r.add(line, "full", [], shape=tuple(shape), value=float(value), dtype=_attr(line, "dtype"))
     r.remember(out, value)
     return [out]
 
