@@ -41,17 +41,29 @@ def _limits(args: argparse.Namespace):
 
 
 def _optimize(args: argparse.Namespace) -> int:
+    """Optimize a file and print it before and after. A dynamic batch left unbound is optimized at 1
+    (a note says so); other dynamic dims (an image's, a sequence's size) must be bound: no size is
+    invented for them."""
     import eqsat
+    from eqsat.errors import ShapeError
+    from eqsat.text import DYNAMIC
 
     bound = dict(args.shape or [])
     program = eqsat.load(args.file, params=args.params, shapes=bound)
     for name, declared in program.dynamic.items():
-        if name not in bound:
-            (value,) = [v for v in program.inputs if v.name == name]
-            print(
-                f"note: input {name!r} is declared {list(declared)}: optimized at {list(value.type.shape)} "
-                f"(bind its dynamic dims with --shape {name}=...)"
+        if name in bound:
+            continue
+        if DYNAMIC in declared[1:]:  # an image's or a sequence's size: what the program computes changes
+            example = ",".join(f"D{i}" if d == DYNAMIC else str(d) for i, d in enumerate(declared))
+            raise ShapeError(
+                f"input {name!r} is declared {list(declared)}: its sizes are the caller's to give "
+                f"(--shape {name}={example})"
             )
+        (value,) = [v for v in program.inputs if v.name == name]
+        print(
+            f"note: input {name!r} is declared {list(declared)}: optimized at {list(value.type.shape)} "
+            f"(bind its dynamic batch with --shape {name}=...)"
+        )
     rules = args.rules.split(",") if args.rules else None
     progress = ProgressBar(args.max_iterations, delay=0.0, verbose=args.verbose)
     try:

@@ -207,7 +207,7 @@ def test_the_shapes_squeeze_unsqueeze_and_flatten_give_are_paddles(op):
         assert tuple(want) == got, (op, shape, want, got)
 
 
-def test_a_segmenter_resizing_to_other_tensors_sizes_matches_paddle_inference(tmp_path):
+def test_a_segmenter_resizing_to_other_tensors_sizes_matches_paddle_inference(tmp_path, capsys):
     """Saved with ``[None, 3, None, None]``, as PaddleSeg exports: each resize's size comes through
     ``shape64 -> slice -> cast``, computed from the call's shapes as the program is read."""
     paddle.seed(0)
@@ -224,6 +224,12 @@ def test_a_segmenter_resizing_to_other_tensors_sizes_matches_paddle_inference(tm
         (got,), (want,) = fn(x), paddle_inference([x])
         assert got.shape == want.shape == (shape[0], 3, *shape[2:])
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+    # the command line invents no image size: it asks for one
+    assert main(["optimize", str(path), "-q"]) == 2
+    assert (
+        "input 'x' is declared [-1, 3, -1, -1]: its sizes are the caller's to give" in capsys.readouterr().err
+    )
+    assert main(["optimize", str(path), "-q", "--shape", "x=1,3,24,40", "--check"]) == 0
 
 
 def _seeded(layer_type: type[paddle.nn.Layer]) -> paddle.nn.Layer:
