@@ -28,7 +28,7 @@ def measure(name: str, program: eqsat.Program) -> list[dict[str, Any]]:
                 "program": name,
                 "rules": label,
                 "optimize_s": seconds,
-                "stop_reason": result.report.stop_reason,
+                "stop_reason": str(result.report.stop_reason),
                 "e_nodes": last.nodes if last else 0,
                 "cost_ratio": result.report.cost_after / result.report.cost_before,
             }

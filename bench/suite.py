@@ -89,7 +89,7 @@ def measure(name: str, make: Callable[[], Any], repeats: int) -> dict[str, Any]:
         "timings_s": timings,
         "egraph_nodes": last.nodes,
         "egraph_classes": last.classes,
-        "stop_reason": result.report.stop_reason,
+        "stop_reason": str(result.report.stop_reason),
         "eqsat_s": times["eqsat"],
         "jax_s": times["jax"],
         "speedup": times["jax"] / times["eqsat"],

@@ -19,7 +19,7 @@ from eqsat.ir import Op, Program, TensorType, Value, parse_program
 from eqsat.jit import jit
 from eqsat.prove import Equivalence, equivalent
 from eqsat.rules.traced import Built
-from eqsat.saturate import Limits
+from eqsat.saturate import Limits, Stop, StopReason
 from eqsat.user_rules import rule
 
 __all__ = [
@@ -39,6 +39,8 @@ __all__ = [
     "Report",
     "Roofline",
     "ShapeError",
+    "Stop",
+    "StopReason",
     "TensorType",
     "UnsoundRuleError",
     "UnsupportedError",

@@ -32,6 +32,8 @@ from eqsat.saturate import (
     Iteration,
     Limits,
     SaturationReport,
+    Stop,
+    StopReason,
     fresh_egraph,
     saturate,
 )
@@ -68,16 +70,17 @@ class Report:
     def from_json(cls, data: dict[str, Any], timings: dict[str, float]) -> Report:
         """The report of a cache hit: ``to_json``'s data, this process's ``timings``."""
         sat = data["saturation"]
+        stop = sat["stop_reason"]
         saturation = SaturationReport(
             [Iteration(**it) for it in sat["iterations"]],
-            sat["stop_reason"],
+            StopReason(Stop(stop["stop"]), stop["detail"]) if stop else None,
             sat["seconds"],
             sat.get("proposed", {}),
         )
         return cls(saturation, **{k: data[k] for k in _STORED}, timings=timings, cache="hit")
 
     @property
-    def stop_reason(self) -> str:
+    def stop_reason(self) -> StopReason | None:
         return self.saturation.stop_reason
 
     @property
@@ -256,7 +259,7 @@ def optimize(
         "extractor": extractor,
         "measure": measure,
     }
-    if verify and result.report.saturation.stop_reason != "error":
+    if verify and not result.report.saturation.stopped(Stop.ERROR):
         from eqsat.verify import validate
 
         t = time.perf_counter()
@@ -362,7 +365,7 @@ def _cache_key(
 def _store(key: str, result: OptimizeResult, program: Program) -> str:
     """Keep ``result`` of optimizing ``program`` under ``key``, unless optimization failed or its
     text does not read back."""
-    if result.report.stop_reason == "error":
+    if result.report.saturation.stopped(Stop.ERROR):
         return "not cached: optimization failed"
     text = str(result.program)
     try:
@@ -550,7 +553,7 @@ def _timed_out(
 ) -> OptimizeResult:
     """The input, where the time limit passed before a program could be extracted."""
     cost = model.program_cost(program)
-    sat = saturation or SaturationReport(stop_reason=passed.limit)
+    sat = saturation or SaturationReport(stop_reason=StopReason.time_limit(passed.seconds))
     note = f"{passed}: the input is returned"
     return OptimizeResult(program, program, Report(sat, model.name, cost, cost, timings, note, "none"))
 
@@ -564,7 +567,8 @@ def _unchanged(program: Program, model: CostModel, timings: dict[str, float], no
     """The input, with a report that says why nothing was done; a warning too."""
     warnings.warn(f"eqsat: {note}", RuntimeWarning, stacklevel=3)
     cost = model.program_cost(program)
-    report = Report(SaturationReport(stop_reason="error"), model.name, cost, cost, timings, note, "none")
+    failed = SaturationReport(stop_reason=StopReason(Stop.ERROR))
+    report = Report(failed, model.name, cost, cost, timings, note, "none")
     return OptimizeResult(program, program, report)
 
 

@@ -12,12 +12,12 @@ def clock() -> float:
 
 
 class TimeLimit(Exception):
-    """The time limit passed where work could not stop with a result: the caller returns its input.
-    ``limit`` names the limit (a stop reason), the message also where it passed."""
+    """The time limit of ``seconds`` passed where work could not stop with a result: the caller
+    returns its input. The message says where it passed."""
 
-    def __init__(self, limit: str, where: str) -> None:
-        super().__init__(f"{limit} passed {where}")
-        self.limit = limit
+    def __init__(self, seconds: float, where: str) -> None:
+        super().__init__(f"time limit ({seconds:g} s) passed {where}")
+        self.seconds = seconds
 
 
 @dataclass
@@ -37,4 +37,4 @@ class Deadline:
     def check(self, what: str) -> None:
         """Raise ``TimeLimit`` (naming ``what`` was cut short) if the time is up."""
         if self.left() < 0:
-            raise TimeLimit(f"time limit ({self.seconds:g} s)", what)
+            raise TimeLimit(self.seconds, what)

@@ -22,7 +22,7 @@ from eqsat.errors import ShapeError
 from eqsat.ir import Op, Program, Value
 from eqsat.layout import drop_unit_dims
 from eqsat.rules import ALL, Rule, resolve
-from eqsat.saturate import GOAL_REACHED, Limits, SaturationReport, fresh_egraph, saturate
+from eqsat.saturate import Limits, SaturationReport, Stop, fresh_egraph, saturate
 
 if TYPE_CHECKING:
     from egglog import bindings  # imported where used: a first call that hits the cache needs no egglog
@@ -97,7 +97,7 @@ def equivalent(
         raise
     except BaseException as e:  # egglog errors, and Rust panics (BaseException), e.g. a rule equating shapes
         return Equivalence(False, f"saturation failed: {e}", seconds=time.perf_counter() - t0)
-    if sat.stop_reason != GOAL_REACHED:
+    if not sat.stopped(Stop.GOAL_REACHED):
         return Equivalence(False, f"saturation stopped ({sat.stop_reason})", seconds=time.perf_counter() - t0)
     needed, sat = _needed(commands, pairs, chosen, limits, sat)
     steps = [Step(it.index, it.by_rule()) for it in sat.iterations]
@@ -187,6 +187,6 @@ def _needed(
     for rule in list(needed):
         trial = [r for r in needed if r is not rule]
         report = _attempt(commands, pairs, trial, limits)
-        if report.stop_reason == GOAL_REACHED:
+        if report.stopped(Stop.GOAL_REACHED):
             needed, sat = trial, report
     return needed, sat

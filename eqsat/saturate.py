@@ -14,6 +14,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from eqsat.config import config
@@ -70,19 +71,53 @@ class Iteration:
         return total
 
 
+class Stop(StrEnum):
+    """Why saturation stopped (egg's ``StopReason``)."""
+
+    SATURATED = "saturated"
+    GOAL_REACHED = "goal reached"
+    ITERATION_LIMIT = "iteration limit"
+    NODE_LIMIT = "node limit"
+    TIME_LIMIT = "time limit"
+    ERROR = "error"  # egglog failed: the input is returned
+
+
+@dataclass(frozen=True)
+class StopReason:
+    """A ``Stop`` and what it was about (the limit, the size that passed it)."""
+
+    stop: Stop
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.stop} ({self.detail})" if self.detail else str(self.stop)
+
+    @classmethod
+    def time_limit(cls, seconds: float) -> StopReason:
+        return cls(Stop.TIME_LIMIT, f"{seconds:g} s")
+
+    @classmethod
+    def node_limit(cls, detail: str) -> StopReason:
+        return cls(Stop.NODE_LIMIT, detail)
+
+
 @dataclass
 class SaturationReport:
     """The iterations, why saturation stopped, how long it took, and the alternatives program rules
     (``Rule.proposal``) added as the program loaded, by rule."""
 
     iterations: list[Iteration] = field(default_factory=list)
-    stop_reason: str = ""
+    stop_reason: StopReason | None = None  # None while it runs
     seconds: float = 0.0
     proposed: dict[str, int] = field(default_factory=dict)
 
     @property
     def saturated(self) -> bool:
-        return self.stop_reason == "saturated"
+        return self.stopped(Stop.SATURATED)
+
+    def stopped(self, stop: Stop) -> bool:
+        """Whether saturation stopped for this reason."""
+        return self.stop_reason is not None and self.stop_reason.stop == stop
 
     def rules_fired(self) -> dict[str, int]:
         """Total matches per rule (variants of one rule added up), rules that matched only; a program
@@ -234,7 +269,6 @@ def _small(key: tuple[Rule, ...]) -> bindings.EGraph:
     return egraph
 
 
-GOAL_REACHED = "goal reached"
 NODE_SLACK = 1.1  # the e-graph may end this far above max_nodes, never further
 _ITERATION = f"(run-schedule (run-with {{scheduler}} {REWRITES}) (saturate {ANALYSIS}))"
 
@@ -303,17 +337,17 @@ def saturate(
     last_seconds = 2 * (deadline.elapsed() - t_start)
     for index in range(limits.max_iterations):
         if nodes > limits.max_nodes:
-            report.stop_reason = f"node limit ({nodes} > {limits.max_nodes} e-nodes)"
+            report.stop_reason = StopReason.node_limit(f"{nodes} > {limits.max_nodes} e-nodes")
             break
         if deadline.left() < last_seconds + EXTRACTION_SECONDS_PER_NODE * nodes:
-            report.stop_reason = f"time limit ({deadline.seconds:g} s)"
+            report.stop_reason = StopReason.time_limit(deadline.seconds)
             break
         t0 = deadline.elapsed()
         result = run.step(_ITERATION.format(scheduler="backoff"))
         size = sizes(run.egraph)
         if size[0] > cap:
             result, size = _retry_within(run, index, result, nodes, size[0], cap)
-            report.stop_reason = f"node limit (the next iteration passes {cap} e-nodes)"
+            report.stop_reason = StopReason.node_limit(f"the next iteration passes {cap} e-nodes")
         nodes, classes = size
         last_seconds = deadline.elapsed() - t0
         matches = {k: v for k, v in result.num_matches_per_rule.items() if not k.startswith(_ANALYSIS_RULES)}
@@ -324,17 +358,17 @@ def saturate(
         if report.stop_reason:
             break
         if goal is not None and goal(run.egraph):
-            report.stop_reason = GOAL_REACHED
+            report.stop_reason = StopReason(Stop.GOAL_REACHED)
         elif not result.updated and result.can_stop:
-            report.stop_reason = "saturated"
+            report.stop_reason = StopReason(Stop.SATURATED)
         elif nodes > limits.max_nodes:
-            report.stop_reason = f"node limit ({nodes} > {limits.max_nodes} e-nodes)"
+            report.stop_reason = StopReason.node_limit(f"{nodes} > {limits.max_nodes} e-nodes")
         elif deadline.left() < EXTRACTION_SECONDS_PER_NODE * nodes:
-            report.stop_reason = f"time limit ({deadline.seconds:g} s)"
+            report.stop_reason = StopReason.time_limit(deadline.seconds)
         if report.stop_reason:
             break
     else:
-        report.stop_reason = f"iteration limit ({limits.max_iterations})"
+        report.stop_reason = StopReason(Stop.ITERATION_LIMIT, str(limits.max_iterations))
     report.seconds = deadline.elapsed() - t_start
     return run.egraph, report
 
