@@ -109,6 +109,37 @@ class Report:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Options:
+    """How a program is optimized, beyond the program itself: what ``optimize`` was asked for, kept
+    with its result (``OptimizeResult.fn`` optimizes other signatures so) and by ``eqsat.jit``."""
+
+    rules: tuple[Rule, ...]
+    cost: CostModel
+    limits: Limits = field(default_factory=Limits)
+    verify: bool = False
+    extractor: str = "auto"
+    measure: bool = False
+
+    def __post_init__(self) -> None:
+        if self.extractor not in EXTRACTORS:
+            raise ValueError(f"unknown extractor {self.extractor!r} ({', '.join(EXTRACTORS)})")
+
+    @classmethod
+    def of(
+        cls,
+        rules: Iterable[Rule | str] | None = None,
+        cost: str | CostModel | Callable[..., float] = "roofline",
+        limits: Limits | None = None,
+        verify: bool = False,
+        extractor: str = "auto",
+        measure: bool = False,
+    ) -> Options:
+        """Options from ``optimize``'s arguments: rules resolved, the cost model built."""
+        model = get_cost_model(cost)
+        return cls(tuple(resolve(rules)), model, limits or Limits(), verify, extractor, measure)
+
+
 @dataclass
 class OptimizeResult:
     """The optimized ``program``, the ``original``, the ``report``, and ``fn``: the jitted program."""
@@ -118,7 +149,7 @@ class OptimizeResult:
     report: Report
     egraph: Serialized | None = None
     outputs: list[str] = field(default_factory=list)  # the e-classes of the e-graph's outputs
-    options: dict[str, Any] = field(default_factory=dict, repr=False)  # optimize's, for specializations
+    options: Options | None = field(default=None, repr=False)  # optimize's, for specializations
     cache_key: str | None = None  # the entry of the program cache that holds this result
 
     def show(
@@ -161,7 +192,8 @@ class OptimizeResult:
                 return run
             bound = {v.name: s for v, s in zip(self.original.inputs, shapes, strict=True) if v.name}
             assert self.original.specialize is not None  # _input_shapes checked the sizes otherwise
-            return jax.jit(lower(optimize(self.original.specialize(bound), **self.options).program))
+            options = self.options or Options.of()
+            return jax.jit(lower(optimize_with(self.original.specialize(bound), options).program))
 
         def fn(*args: Any) -> Any:
             key = tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in args)
@@ -228,45 +260,49 @@ def optimize(
     ``measure``: where the predicted gain is within the cost model's measured error (``CostModel.error``),
     compile and time both programs on this device and keep the faster (``report.note`` says which).
     """
-    if extractor not in EXTRACTORS:
-        raise ValueError(f"unknown extractor {extractor!r} ({', '.join(EXTRACTORS)})")
-    model = get_cost_model(cost)
-    chosen = resolve(rules)
-    limits = limits or Limits()
-    key, status = _cache_key(program, chosen, model, limits, f"{extractor} measure={measure}", cache)
+    options = Options.of(rules, cost, limits, verify, extractor, measure)
+    return optimize_with(program, options, progress=progress, cache=cache)
+
+
+def optimize_with(
+    program: Program,
+    options: Options,
+    progress: bool | Callable[[Iteration], None] | None = False,
+    cache: bool | None = None,
+) -> OptimizeResult:
+    """``optimize`` with its options given as one ``Options`` (as ``eqsat.jit`` and ``fn``'s
+    specializations keep them); the result is built once, the options with it."""
+    model, limits, chosen = options.cost, options.limits, list(options.rules)
+    how = f"{options.extractor} measure={options.measure}"
+    key, status = _cache_key(program, chosen, model, limits, how, cache)
     result = _cached(key, program) if key else None
     if result is None:
         bar = ProgressBar(limits.max_iterations) if progress is None or progress is True else None
         callback = bar or (progress if callable(progress) else None)
-        job = _Job(tuple(chosen), model, limits, callback, extractor, Deadline(limits.timeout_s))
+        job = _Job(options.rules, model, limits, callback, options.extractor, Deadline(limits.timeout_s))
         try:
             result = _optimized(program, job)
         finally:
             if bar is not None:
                 bar.close()
-        if measure or _rests_on_timings(result, model, limits):
-            result = _faster_as_measured(result, model, always=not measure)
+        if options.measure or _rests_on_timings(result, model, limits):
+            result = _faster_as_measured(result, model, always=not options.measure)
         if key:  # under the timings it used: a later process that reads them hits
-            key, status = _cache_key(program, chosen, model, limits, f"{extractor} measure={measure}", cache)
-        result.report.cache = _store(key, result, program) if key else status
-    result.original = program
-    result.cache_key = key if result.report.cache in ("hit", "stored") else None
-    result.options = {
-        "rules": chosen,
-        "cost": model,
-        "limits": limits,
-        "verify": verify,
-        "extractor": extractor,
-        "measure": measure,
-    }
-    if verify and not result.report.saturation.stopped(Stop.ERROR):
+            key, status = _cache_key(program, chosen, model, limits, how, cache)
+        status = _store(key, result, program) if key else status
+    else:
+        status = result.report.cache
+    timings = dict(result.report.timings)
+    if options.verify and not result.report.saturation.stopped(Stop.ERROR):
         from eqsat.verify import validate
 
         t = time.perf_counter()
         with jax.ensure_compile_time_eval():  # called inside a trace (eqsat.jit's), the check runs now
-            validate(result.original, result.program, rules_fired=sorted(result.report.rules_fired))
-        result.report.timings["verify"] = time.perf_counter() - t
-    return result
+            validate(program, result.program, rules_fired=sorted(result.report.rules_fired))
+        timings["verify"] = time.perf_counter() - t
+    report = replace(result.report, cache=status, timings=timings)
+    cached = key if status in ("hit", "stored") else None
+    return replace(result, original=program, report=report, options=options, cache_key=cached)
 
 
 @dataclass(frozen=True)

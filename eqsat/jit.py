@@ -19,10 +19,10 @@ from typing import Any
 
 import jax
 
-from eqsat.api import OptimizeResult, optimize
+from eqsat.api import OptimizeResult, Options, optimize_with
 from eqsat.cache import ProgramCache
 from eqsat.config import config
-from eqsat.cost import CostModel, get_cost_model
+from eqsat.cost import CostModel
 from eqsat.errors import UnsupportedError
 from eqsat.frontend.jax import jaxpr_of, to_program
 from eqsat.gradient import GRADIENT_MODES, differentiable
@@ -83,8 +83,7 @@ class Jitted:
         self._likely_hit = config.enable_cache and ProgramCache().hint(self._hint).exists()
         if not self._likely_hit:
             prepare(chosen)
-        self.options = {"rules": chosen, "cost": get_cost_model(cost), "limits": limits, "measure": measure}
-        self.verify = verify
+        self.options = Options.of(chosen, cost, limits, verify, measure=measure)
         self.static_argnums, self.static_argnames = _static_args(fn, static_argnums, static_argnames)
         self.results: dict[Any, OptimizeResult] = {}
         self._warned: set[str] = set()
@@ -195,7 +194,7 @@ class Jitted:
             return self.fn(*full, **kw, **static_kw)
 
         if not self._likely_hit:
-            prepare(self.options["rules"])  # unless installed or on their way: install while we trace
+            prepare(self.options.rules)  # unless installed or on their way: install while we trace
         traced_once = jaxpr_of(with_static, *specs[0], **specs[1])  # the only call of the function
         leaves = jax.tree_util.tree_leaves((dynamic, dyn_kwargs))
         try:
@@ -203,7 +202,7 @@ class Jitted:
         except UnsupportedError as e:  # a value eqsat does not model (complex): run it as written
             self._warn_once(f"eqsat.jit: {getattr(self.fn, '__name__', 'the function')} runs as written: {e}")
             return jax.tree_util.tree_unflatten(traced_once.out_tree, traced_once.run(*leaves))
-        result = optimize(traced.program, verify=self.verify, **self.options)
+        result = optimize_with(traced.program, self.options)
         self.results[self._signature(args, kwargs)] = result
         if result.report.cache in ("stored", "hit") and not self._likely_hit:
             ProgramCache().mark(self._hint)

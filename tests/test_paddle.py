@@ -11,7 +11,6 @@ import pytest
 
 import eqsat
 from eqsat import ParseError, api
-from eqsat.api import optimize
 from eqsat.lowering import OPAQUE_LOWERINGS, lower
 
 DUMPS = Path(__file__).resolve().parent / "data" / "paddle" / "dumps"
@@ -254,7 +253,10 @@ def test_a_model_saved_with_a_dynamic_batch_runs_at_any_batch(name, monkeypatch)
     assert program.dynamic == {"x": (-1, *ref["in_x"].shape[1:])}
     result = eqsat.optimize(program)
     specializations = []
-    monkeypatch.setattr(api, "optimize", lambda p, **kw: specializations.append(p) or optimize(p, **kw))
+    optimize_with = api.optimize_with
+    monkeypatch.setattr(
+        api, "optimize_with", lambda p, o, **kw: specializations.append(p) or optimize_with(p, o, **kw)
+    )
     for batch in (2, 1, 2, 3):
         x = np.concatenate([ref["in_x"]] * 2)[:batch]
         (out,) = result.fn(x)
