@@ -488,6 +488,19 @@ def test_the_oracle_does_not_blame_eqsat_for_xla_bfloat16_roundings():
     assert judge(ref, want, worse.astype(jnp.bfloat16), "bfloat16", strict=False) is not None
 
 
+def test_the_oracle_judges_no_rounding_where_jax_jit_keeps_no_digit():
+    """A false alarm of the fuzzer (float32 gradients): attention then batch norm of 10000 ± 0.02, whose
+    float32 gradient is 2.3e4 at most; jax.jit's is 1.2e6 off and eqsat's 1.4e6: no digit in either, so
+    neither rounding is judged. Where jax.jit keeps digits, or eqsat turns a finite result into inf,
+    eqsat is still flagged."""
+    ref = np.asarray([2.25e4, -1.0e4, 0.0145])
+    garbage = np.asarray([1.2e6, -1.0e6, 1.2e6])  # jax.jit's: further than 2.25e4 from ref
+    assert judge(ref, garbage, garbage * 1.15, "float32", strict=False) is None
+    assert judge(ref, garbage, np.asarray([np.inf, 0.0, 0.0]), "float32", strict=False) is not None
+    close = ref * (1 + 1e-3)  # jax.jit keeps three digits: eqsat's garbage is flagged
+    assert judge(ref, close, garbage, "float32", strict=False) is not None
+
+
 def test_extraction_never_picks_an_op_its_inputs_do_not_fit():
     """Found by the fuzzer (float64 family): a float32 gram of an empty float64 matrix, then three
     attentions. Every tensor is 0x0, so the shape guards cannot tell the float64 input from the
