@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint fuzz bench clean notebooks docs
+.PHONY: setup demo test test-fast lint fuzz bench clean notebooks docs
 
 setup: $(STAMP)
 
@@ -20,6 +20,11 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -n auto --maxprocesses 4
+
+# the edit-test loop: everything but the slow tier (fuzzers, proofs, rule checks, networks, notebooks)
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -n auto --maxprocesses 4 -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -28,3 +28,25 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pir"
 @pytest.fixture
 def pir_path():
     return lambda name: EXAMPLES / f"{name}.pir"
+
+
+# The suite's slow tier, which ``make test-fast`` leaves out: the fuzzers, the proofs, every rule's
+# numeric check, the attention kernels' numeric checks, whole networks run against Paddle, library
+# models, notebooks, the docs site (and tests marked slow one by one).
+SLOW_MODULES = {
+    "test_fuzz",
+    "test_fusion_attention",
+    "test_prove",
+    "test_rules",
+    "test_paddle_networks",
+    "test_paddle_conformance",
+    "test_real_models",
+    "test_notebooks",
+    "test_docs",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

@@ -332,6 +332,7 @@ class _ResNet(nn.Module):
         return nn.Dense(4)(x.mean(axis=(1, 2)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("train", [False, True], ids=["running-stats", "batch-stats"])
 def test_resnet_gradients_through_fused_convs_are_as_accurate_as_jax_jit(train):
     """Convs with a bias, batch norm, relu: the gradient of eqsat.jit's forward (fused conv-bias-relu,
@@ -411,6 +412,7 @@ def test_a_3x3_conv_at_a_1x1_map_reads_its_centre_tap_alone():
     assert flops["shifted"] == flops["im2col"] == flops["direct"] / 9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(40))
 def test_every_conv_algorithm_computes_the_direct_conv(seed):
     """Groups (depthwise and channel multipliers included), strides, dilations, padding, both layouts,

@@ -93,6 +93,7 @@ def test_ilp_finds_sharing_greedy_cannot_see():
     assert exact.report.extractor == "ilp"
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(max_ops=8))
 def test_extractions_are_acyclic_valid_and_ilp_is_never_worse(program):

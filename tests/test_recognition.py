@@ -97,6 +97,7 @@ def test_keras_masked_softmax_layer_is_one_zeroed_masked_softmax():
     assert op.attrs["zero_masked"] == 1 and op.attrs["fill"] == -1e9, op.attrs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_penzai_attention_over_named_axes_is_one_op(batch, dtype):

@@ -295,6 +295,7 @@ def test_blow_ups_extract_from_typed_classes_only(n):
     _same(lambda x, w: ((x @ w) * 0.0) * 3.0, jnp.ones((2, 3)), jnp.ones((3, 4)))
 
 
+@pytest.mark.slow
 def test_a_20000_op_chain_optimizes():
     b = Builder()
     y = b.input("x", (8, 16))
@@ -425,6 +426,7 @@ def test_a_non_utf8_file_is_a_parse_error(tmp_path):
         eqsat.load(path)
 
 
+@pytest.mark.slow
 def test_pir_mutations_never_raise_internal_errors():
     """Random byte-level mutations of a valid dump: each loads, or fails with a ParseError."""
     text = _DATA + ' (%1) = "pd.relu" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n' + _FETCH

@@ -18,6 +18,7 @@ def _bert(layers: int) -> tuple[eqsat.Program, tuple]:
     return eqsat.from_jax(fn, *args), (fn, args)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", [2, 4])
 def test_bert_layers_are_optimized_exactly_as_one_layer_alone(layers):
     """The issue's symptom: a deep BERT kept divisions that one layer turns into scales, because the

@@ -15,6 +15,7 @@ from eqsat.verify import example_programs
 _GROWING = {"axioms"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("theme", sorted(set(RULESETS) - _GROWING))
 def test_every_theme_saturates_on_its_own_examples(theme):
     """Each rule's example, optimized with its theme alone (off-by-default rules included), reaches a

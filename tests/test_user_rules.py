@@ -105,6 +105,7 @@ def test_a_size_that_is_a_product_keeps_the_example_shapes():
         assert ("sum-of-flat" in result.report.rules_fired) is fires
 
 
+@pytest.mark.slow
 def test_several_spellings_and_examples_make_variants_and_dtypes_carry_over():
     fma = eqsat.rule(
         "my-fma",
