@@ -235,11 +235,7 @@ def _roll(x: jax.Array, shifts: Any, *, axis: Any = (), **_: Any) -> jax.Array:
 
 
 meaning("pd_op.roll", _roll)
-
-
 meaning("pd_op.triu", lambda x, *, diagonal=0, **_: jnp.triu(x, diagonal))
-
-
 meaning("pd_op.tril", lambda x, *, diagonal=0, **_: jnp.tril(x, diagonal))
 
 

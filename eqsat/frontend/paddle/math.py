@@ -98,6 +98,15 @@ def _gelu(r: _Reader, line: Line) -> Results:
     return _opaque(r, replace(line, name="pd_op.gelu"))
 
 
+def _gelu_meaning(x: jax.Array, *, approximate: int = 0, **_: Any) -> jax.Array:
+    """``pd_op.gelu``: the exact erf form unless ``approximate``."""
+    return jax.nn.gelu(x, approximate=bool(approximate))
+
+
+meaning("pd_op.gelu", _gelu_meaning)
+meaning("pd.gelu", _gelu_meaning)
+
+
 # Paddle's dropout modes at inference: ``upscale_in_train`` leaves x as it is (training scaled by
 # 1/(1-p)); ``downgrade_in_infer`` (``downscale_in_infer`` in paddle.nn) multiplies it by 1 - p.
 _DROPOUT_MODES = {"upscale_in_train": False, "downgrade_in_infer": True, "downscale_in_infer": True}
@@ -248,17 +257,6 @@ def _hard_activation(r: _Reader, line: Line) -> list[Value]:
     return [r.add(line, "div", [r.add(line, "mul", [x, gate]), six])]
 
 
-def _gelu_meaning(x: jax.Array, *, approximate: int = 0, **_: Any) -> jax.Array:
-    """``pd_op.gelu``: the exact erf form unless ``approximate``."""
-    return jax.nn.gelu(x, approximate=bool(approximate))
-
-
-meaning("pd_op.gelu", _gelu_meaning)
-
-
-meaning("pd.gelu", _gelu_meaning)
-
-
 def _pow(x: jax.Array, *, y: float, **_: Any) -> jax.Array:
     return jnp.power(x, jnp.asarray(y, x.dtype))
 
@@ -316,14 +314,8 @@ def _axis(axis: Any) -> int:
 
 
 meaning("pd_op.leaky_relu", lambda x, *, negative_slope, **_: jax.nn.leaky_relu(x, negative_slope))
-
-
 meaning("pd_op.clip", lambda x, lo, hi, **_: jnp.clip(x, lo, hi))
-
-
 meaning("pd_op.cumsum", lambda x, axis, **_: jnp.cumsum(x, axis=_axis(axis)))
-
-
 meaning(
     "pd_op.argmax",
     lambda x, axis, *, keepdims, dtype="int64", **_: jnp.argmax(
@@ -354,12 +346,6 @@ def _prelu(x: jax.Array, alpha: jax.Array, *, mode: str, data_format: str = "NCH
 
 
 meaning("pd_op.elu", lambda x, *, alpha=1.0, **_: jax.nn.elu(x, alpha))
-
-
 meaning("pd_op.softplus", _softplus)
-
-
 meaning("pd_op.mish", _mish)
-
-
 meaning("pd_op.prelu", _prelu)

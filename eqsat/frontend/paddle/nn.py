@@ -125,6 +125,34 @@ def _conv2d(r: _Reader, line: Line) -> list[Value]:
     return [_conv(r, line, *(r.tensor(line, o) for o in line.operands))]
 
 
+def _conv2d_meaning(
+    x: jax.Array,
+    w: jax.Array,
+    *,
+    strides: tuple[int, ...],
+    paddings: tuple[int, ...],
+    dilations: tuple[int, ...],
+    groups: int,
+    data_format: str = "NCHW",
+    padding_algorithm: str = "EXPLICIT",
+    **_: Any,
+) -> jax.Array:
+    """``pd_op.conv2d`` (filters OIHW; paddings [h, w] or [top, bottom, left, right])."""
+    if padding_algorithm in ("SAME", "VALID"):
+        padding: Any = padding_algorithm
+    elif len(paddings) == 2:
+        padding = [(paddings[0], paddings[0]), (paddings[1], paddings[1])]
+    else:
+        padding = [(paddings[0], paddings[1]), (paddings[2], paddings[3])]
+    layout = (data_format, "OIHW", data_format)
+    return jax.lax.conv_general_dilated(
+        x, w, strides, padding, rhs_dilation=dilations, dimension_numbers=layout, feature_group_count=groups
+    )
+
+
+meaning("pd_op.conv2d", _conv2d_meaning)
+
+
 _FUSED_ACTIVATIONS = {"identity": None, "relu": "relu"}
 
 
@@ -152,6 +180,24 @@ def _fused_conv2d_add_act(r: _Reader, line: Line) -> Results:
     y = y if act is None else r.add(line, act, [y])
     results: list[Value | list[Value]] = [y, []]
     return results[: len(line.results)]
+
+
+def _fused_conv2d_add_act_meaning(
+    x: jax.Array, w: jax.Array, *tensors: jax.Array, activation: str, operands: str = "t,t,t,t", **attrs: Any
+) -> tuple[jax.Array]:
+    """``pd_op.fused_conv2d_add_act(x, filter, bias, residual)``: act(conv + bias + residual), a 1-D
+    bias per output channel."""
+    bias, residual = _optional(tensors, operands, 2, 2)
+    out = _conv2d_meaning(x, w, **attrs)
+    if bias is not None and bias.ndim == 1 and attrs.get("data_format", "NCHW") == "NCHW":
+        bias = bias.reshape(-1, 1, 1)
+    out = out if bias is None else out + bias
+    out = out if residual is None else out + residual
+    acts = {"identity": lambda v: v, "relu": jax.nn.relu}
+    return (acts[activation](out),)
+
+
+meaning("pd_op.fused_conv2d_add_act", _fused_conv2d_add_act_meaning)
 
 
 def _conv(r: _Reader, line: Line, x: Value, w: Value) -> Value:
@@ -184,6 +230,32 @@ def _batch_norm(r: _Reader, line: Line) -> Results:
     return [y, mean, var, mean, var, reserve][: len(line.results)]
 
 
+def _batch_norm_meaning(
+    x: jax.Array,
+    mean: jax.Array,
+    variance: jax.Array,
+    scale: jax.Array,
+    bias: jax.Array,
+    *,
+    epsilon: float,
+    is_test: int,
+    data_format: str = "NCHW",
+    **_: Any,
+) -> tuple[jax.Array, ...]:
+    """``pd_op.batch_norm_`` in inference form (``is_test``): the running statistics normalize x."""
+    if not is_test:
+        raise NotImplementedError("batch_norm_ in training mode (batch statistics) has no JAX meaning here")
+    channel = 1 if data_format == "NCHW" else x.ndim - 1
+    shape = [1] * x.ndim
+    shape[channel] = x.shape[channel]
+    inv = jax.lax.rsqrt(variance + jnp.asarray(epsilon, variance.dtype)) * scale
+    out = (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
+    return out, mean, variance, mean, variance, jnp.zeros((0,), jnp.uint8)
+
+
+meaning("pd_op.batch_norm_", _batch_norm_meaning)
+
+
 @handles("pd.layer_norm")
 def _layer_norm(r: _Reader, line: Line) -> Results:
     """``pd.layer_norm(x, scale, bias)`` over the last axis of a float32 or float64 ``x`` is
@@ -208,6 +280,25 @@ def _layer_norm(r: _Reader, line: Line) -> Results:
     mean = r.add(line, "reduce_mean", [x], axis=last)
     variance = r.add(line, "reduce_mean", [r.add(line, "mul", [centered, centered])], axis=last)
     return [y, mean, variance][: len(line.results)]
+
+
+def _layer_norm_meaning(
+    x: jax.Array, *params: jax.Array, begin_norm_axis: int, epsilon: float, operands: str = "t,t,t", **_: Any
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``pd_op.layer_norm``: normalized over the dims from ``begin_norm_axis`` on, then scale and bias
+    (each optional: ``<<NULL VALUE>>``); also the mean and variance, flattened as Paddle returns them."""
+    scale, bias = _optional(params, operands, 1, 2)
+    y, mean, var = _normalized(x, tuple(range(begin_norm_axis, x.ndim)), epsilon)
+    norm_shape = x.shape[begin_norm_axis:]
+    if scale is not None:
+        y = y * scale.reshape(norm_shape)
+    if bias is not None:
+        y = y + bias.reshape(norm_shape)
+    lead = x.shape[:begin_norm_axis]
+    return y, mean.reshape(lead), var.reshape(lead)
+
+
+meaning("pd_op.layer_norm", _layer_norm_meaning)
 
 
 @handles("pd.pool2d")
@@ -251,28 +342,27 @@ def _pool2d(r: _Reader, line: Line) -> Results:
     return [r.add(line, "pool2d", [x], kind=kind, **attrs)]
 
 
+def _pool2d_meaning(
+    x: jax.Array, kernel: Any, *, pooling_type: str, adaptive: int = 0, **attrs: Any
+) -> jax.Array:
+    """``pool2d`` where eqsat's canonical pool cannot say it: adaptive windows that do not divide the
+    input (NCHW)."""
+    if not adaptive or attrs.get("data_format", "NCHW") != "NCHW":
+        raise UnsupportedError("pd_op.pool2d as an opaque op is supported for adaptive NCHW pooling only")
+    out = _adaptive_sizes(x, kernel)
+    reduce = (lambda w: jnp.max(w, axis=-1)) if pooling_type == "max" else (lambda w: jnp.mean(w, axis=-1))
+    return _stacked(_adaptive_pool(x, out, reduce), x, out)
+
+
+meaning("pd_op.pool2d", _pool2d_meaning)
+
+
 def _normalized(
     x: jax.Array, axes: tuple[int, ...], epsilon: float
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     mean = jnp.mean(x, axis=axes, keepdims=True)
     variance = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
     return (x - mean) * jax.lax.rsqrt(variance + epsilon), mean, variance
-
-
-def _layer_norm_meaning(
-    x: jax.Array, *params: jax.Array, begin_norm_axis: int, epsilon: float, operands: str = "t,t,t", **_: Any
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``pd_op.layer_norm``: normalized over the dims from ``begin_norm_axis`` on, then scale and bias
-    (each optional: ``<<NULL VALUE>>``); also the mean and variance, flattened as Paddle returns them."""
-    scale, bias = _optional(params, operands, 1, 2)
-    y, mean, var = _normalized(x, tuple(range(begin_norm_axis, x.ndim)), epsilon)
-    norm_shape = x.shape[begin_norm_axis:]
-    if scale is not None:
-        y = y * scale.reshape(norm_shape)
-    if bias is not None:
-        y = y + bias.reshape(norm_shape)
-    lead = x.shape[:begin_norm_axis]
-    return y, mean.reshape(lead), var.reshape(lead)
 
 
 def _fused_bias_residual_layernorm(
@@ -296,31 +386,6 @@ def _fused_bias_residual_layernorm(
         total, *params, begin_norm_axis=begin_norm_axis, epsilon=epsilon, operands=kinds
     )
     return y, total, mean.reshape(-1), var.reshape(-1)
-
-
-def _conv2d_meaning(
-    x: jax.Array,
-    w: jax.Array,
-    *,
-    strides: tuple[int, ...],
-    paddings: tuple[int, ...],
-    dilations: tuple[int, ...],
-    groups: int,
-    data_format: str = "NCHW",
-    padding_algorithm: str = "EXPLICIT",
-    **_: Any,
-) -> jax.Array:
-    """``pd_op.conv2d`` (filters OIHW; paddings [h, w] or [top, bottom, left, right])."""
-    if padding_algorithm in ("SAME", "VALID"):
-        padding: Any = padding_algorithm
-    elif len(paddings) == 2:
-        padding = [(paddings[0], paddings[0]), (paddings[1], paddings[1])]
-    else:
-        padding = [(paddings[0], paddings[1]), (paddings[2], paddings[3])]
-    layout = (data_format, "OIHW", data_format)
-    return jax.lax.conv_general_dilated(
-        x, w, strides, padding, rhs_dilation=dilations, dimension_numbers=layout, feature_group_count=groups
-    )
 
 
 def _conv2d_transpose(
@@ -369,60 +434,8 @@ def _conv2d_transpose(
     )
 
 
-def _fused_conv2d_add_act_meaning(
-    x: jax.Array, w: jax.Array, *tensors: jax.Array, activation: str, operands: str = "t,t,t,t", **attrs: Any
-) -> tuple[jax.Array]:
-    """``pd_op.fused_conv2d_add_act(x, filter, bias, residual)``: act(conv + bias + residual), a 1-D
-    bias per output channel."""
-    bias, residual = _optional(tensors, operands, 2, 2)
-    out = _conv2d_meaning(x, w, **attrs)
-    if bias is not None and bias.ndim == 1 and attrs.get("data_format", "NCHW") == "NCHW":
-        bias = bias.reshape(-1, 1, 1)
-    out = out if bias is None else out + bias
-    out = out if residual is None else out + residual
-    acts = {"identity": lambda v: v, "relu": jax.nn.relu}
-    return (acts[activation](out),)
-
-
-def _batch_norm_meaning(
-    x: jax.Array,
-    mean: jax.Array,
-    variance: jax.Array,
-    scale: jax.Array,
-    bias: jax.Array,
-    *,
-    epsilon: float,
-    is_test: int,
-    data_format: str = "NCHW",
-    **_: Any,
-) -> tuple[jax.Array, ...]:
-    """``pd_op.batch_norm_`` in inference form (``is_test``): the running statistics normalize x."""
-    if not is_test:
-        raise NotImplementedError("batch_norm_ in training mode (batch statistics) has no JAX meaning here")
-    channel = 1 if data_format == "NCHW" else x.ndim - 1
-    shape = [1] * x.ndim
-    shape[channel] = x.shape[channel]
-    inv = jax.lax.rsqrt(variance + jnp.asarray(epsilon, variance.dtype)) * scale
-    out = (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
-    return out, mean, variance, mean, variance, jnp.zeros((0,), jnp.uint8)
-
-
-meaning("pd_op.conv2d", _conv2d_meaning)
-
-
 meaning("pd_op.conv2d_transpose", _conv2d_transpose)
-
-
-meaning("pd_op.fused_conv2d_add_act", _fused_conv2d_add_act_meaning)
-
-
-meaning("pd_op.batch_norm_", _batch_norm_meaning)
-
-
 meaning("pd_op.fused_bias_residual_layernorm", _fused_bias_residual_layernorm)
-
-
-meaning("pd_op.layer_norm", _layer_norm_meaning)
 
 
 def _embedding(ids: jax.Array, weight: jax.Array, *, padding_idx: int = -1, **_: Any) -> jax.Array:
@@ -460,11 +473,7 @@ def _rms_norm(
 
 
 meaning("pd_op.rms_norm", _rms_norm)
-
-
 meaning("pd_op.rnn", rnn.rnn)
-
-
 meaning("pd_op.fused_rms_norm_quant", _rms_norm)  # Paddle 3.3's name (fused_rms_norm) for it
 
 
@@ -539,18 +548,6 @@ def _adaptive_max_with_index(
     return _stacked(values, x, kernel_size), _stacked(index, x, kernel_size)
 
 
-def _pool2d_meaning(
-    x: jax.Array, kernel: Any, *, pooling_type: str, adaptive: int = 0, **attrs: Any
-) -> jax.Array:
-    """``pool2d`` where eqsat's canonical pool cannot say it: adaptive windows that do not divide the
-    input (NCHW)."""
-    if not adaptive or attrs.get("data_format", "NCHW") != "NCHW":
-        raise UnsupportedError("pd_op.pool2d as an opaque op is supported for adaptive NCHW pooling only")
-    out = _adaptive_sizes(x, kernel)
-    reduce = (lambda w: jnp.max(w, axis=-1)) if pooling_type == "max" else (lambda w: jnp.mean(w, axis=-1))
-    return _stacked(_adaptive_pool(x, out, reduce), x, out)
-
-
 def _source_index(
     out: int, size: int, scale: float | None, align_corners: bool, half_pixel: bool
 ) -> jax.Array:
@@ -604,18 +601,7 @@ def _interpolate(
 
 
 meaning("pd_op.group_norm", _group_norm)
-
-
 meaning("pd_op.instance_norm", _instance_norm)
-
-
 meaning("pd_op.max_pool2d_with_index", _adaptive_max_with_index)
-
-
-meaning("pd_op.pool2d", _pool2d_meaning)
-
-
 meaning("pd_op.nearest_interp", _interpolate)
-
-
 meaning("pd_op.bilinear_interp", _interpolate)

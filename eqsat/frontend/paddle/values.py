@@ -174,6 +174,15 @@ def _arange(r: _Reader, line: Line) -> Results:
     return results
 
 
+def _arange_meaning(start: Any, end: Any, step: Any, *, dtype: str, **_: Any) -> jax.Array:
+    """``pd_op.arange`` of constant start, end and step."""
+    first, last, stride = (np.asarray(v).item() for v in (start, end, step))
+    return jnp.arange(first, last, stride, dtype=dtype)
+
+
+meaning("pd_op.arange", _arange_meaning)
+
+
 def _scalar(r: _Reader, line: Line, value: Value, dtype: str) -> Value:
     """``value`` (one element) as a scalar of ``dtype``."""
     value = r.add(line, "reshape", [value], shape=())
@@ -233,19 +242,6 @@ def _slice(r: _Reader, line: Line) -> Results:
     return [r.add(line, "add", [start, r.add(line, "mul", [i, step])])]
 
 
-@handles("pd.assign_value_")
-def _assign_value(r: _Reader, line: Line) -> list[Value]:
-    """``pd.assign_value_(x) {shape, values}`` (``paddle.to_tensor`` in ``to_static`` code): a constant
-    of the listed values, in the declared dtype."""
-    values, shape = line.attrs.get("values"), line.attrs.get("shape")
-    if not isinstance(values, tuple | list) or not isinstance(shape, tuple | list):
-        raise ParseError("needs its values and shape as attributes", line=line.number, op=line.name)
-    data = np.asarray(values)
-    if data.size != prod(shape):
-        raise ParseError(f"{data.size} values for the shape {list(shape)}", line=line.number, op=line.name)
-    return [r.constant(line, line.results[0], data.reshape([int(d) for d in shape]))]
-
-
 def _slice_meaning(
     x: jax.Array,
     starts: Any,
@@ -266,27 +262,25 @@ def _slice_meaning(
 meaning("pd_op.slice", _slice_meaning)
 
 
+@handles("pd.assign_value_")
+def _assign_value(r: _Reader, line: Line) -> list[Value]:
+    """``pd.assign_value_(x) {shape, values}`` (``paddle.to_tensor`` in ``to_static`` code): a constant
+    of the listed values, in the declared dtype."""
+    values, shape = line.attrs.get("values"), line.attrs.get("shape")
+    if not isinstance(values, tuple | list) or not isinstance(shape, tuple | list):
+        raise ParseError("needs its values and shape as attributes", line=line.number, op=line.name)
+    data = np.asarray(values)
+    if data.size != prod(shape):
+        raise ParseError(f"{data.size} values for the shape {list(shape)}", line=line.number, op=line.name)
+    return [r.constant(line, line.results[0], data.reshape([int(d) for d in shape]))]
+
+
 meaning("pd_op.full_like", lambda x, value, *, dtype, **_: jnp.full_like(x, np.asarray(value).item(), dtype))
-
-
-def _arange_meaning(start: Any, end: Any, step: Any, *, dtype: str, **_: Any) -> jax.Array:
-    """``pd_op.arange`` of constant start, end and step."""
-    first, last, stride = (np.asarray(v).item() for v in (start, end, step))
-    return jnp.arange(first, last, stride, dtype=dtype)
-
-
 meaning(
     "pd_op.full_with_tensor",
     lambda value, shape, *, dtype, **_: jnp.full(
         tuple(int(d) for d in np.asarray(shape)), value.reshape(()), dtype
     ),
 )
-
-
-meaning("pd_op.arange", _arange_meaning)
-
-
 meaning("pd_op.meshgrid", lambda *xs, **_: tuple(jnp.meshgrid(*xs, indexing="ij")))
-
-
 meaning("pd_op.stack", lambda *xs, axis, **_: jnp.stack(xs, axis=axis))
