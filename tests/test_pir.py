@@ -8,7 +8,7 @@ import pytest
 
 import eqsat
 from eqsat import ParseError
-from eqsat.lowering import lower, register_opaque
+from eqsat.lowering import OPAQUE_LOWERINGS, lower, register_opaque
 
 
 def test_drr_fixture_folds_the_invalid_expand_of_a_full(pir_path):
@@ -110,7 +110,16 @@ UNKNOWN = _pir(
 )
 
 
-def test_unknown_op_loads_opaque_prints_optimizes_around_and_runs():
+@pytest.fixture
+def meanings():
+    """The meanings a test registers are gone after it: the registry is the process's."""
+    saved = dict(OPAQUE_LOWERINGS)
+    yield
+    OPAQUE_LOWERINGS.clear()
+    OPAQUE_LOWERINGS.update(saved)
+
+
+def test_unknown_op_loads_opaque_prints_optimizes_around_and_runs(meanings):
     program = eqsat.parse_pir(UNKNOWN)
     assert program.op_counts() == {"transpose": 2, "pd.my_softplus": 1, "cast": 2}
     assert '"opaque" (%2) {op:pd.my_softplus,beta:2.0}' in str(program).replace("%3", "%2")
@@ -124,7 +133,7 @@ def test_unknown_op_loads_opaque_prints_optimizes_around_and_runs():
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_a_registered_meaning_may_ask_for_the_result_types():
+def test_a_registered_meaning_may_ask_for_the_result_types(meanings):
     text = (
         "{\n"
         ' (%0) = "pd_op.data" () {name:x,dtype:float32} : () -> pd.tensor<2x3xf32>\n'
