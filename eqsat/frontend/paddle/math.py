@@ -41,14 +41,11 @@ def _integer_scale(r: _Reader, line: Line, x: Value, scale: float, bias: float, 
     if scale != int(scale) or bias != int(bias):
         return _opaque(r, line)
 
-    def constant(value: float) -> Value:
-        return r.add(line, "full", [], shape=(), value=value, dtype=x.type.dtype)
-
     def times(v: Value) -> Value:
-        return v if scale == 1 else r.add(line, "mul", [v, constant(scale)])
+        return v if scale == 1 else r.add(line, "mul", [v, r.scalar(line, scale, x.type.dtype)])
 
     def plus(v: Value) -> Value:
-        return v if bias == 0 else r.add(line, "add", [v, constant(bias)])
+        return v if bias == 0 else r.add(line, "add", [v, r.scalar(line, bias, x.type.dtype)])
 
     return [plus(times(x)) if after else times(plus(x))]
 
@@ -209,7 +206,7 @@ def _silu(r: _Reader, line: Line) -> list[Value]:
 
 def _clip(r: _Reader, line: Line, x: Value, low: float, high: float) -> Value:
     """``min(max(x, low), high)`` with scalar constants of x's dtype."""
-    bound = [r.add(line, "full", [], shape=(), value=float(v), dtype=x.type.dtype) for v in (low, high)]
+    bound = [r.scalar(line, v, x.type.dtype) for v in (low, high)]
     return r.add(line, "minimum", [r.add(line, "maximum", [x, bound[0]]), bound[1]])
 
 
@@ -221,7 +218,7 @@ def _leaky_relu(r: _Reader, line: Line) -> Results:
     x = r.tensor(line, line.operands[0])
     if x.type.dtype not in FLOAT_DTYPES:
         return _opaque(r, line)
-    zero = r.add(line, "full", [], shape=(), value=0.0, dtype=x.type.dtype)
+    zero = r.scalar(line, 0.0, x.type.dtype)
     scaled = r.add(line, "scale", [x], scale=_number(line, "negative_slope", 0.01))
     return [r.add(line, "select", [r.add(line, "ge", [x, zero]), x, scaled])]
 
@@ -253,7 +250,7 @@ def _hard_activation(r: _Reader, line: Line) -> list[Value]:
         slope, offset = _number(line, "slope", 1 / 6), _number(line, "offset", 0.5)
         return [_clip(r, line, r.add(line, "scale", [x], scale=slope, bias=offset), 0.0, 1.0)]
     gate = _clip(r, line, r.add(line, "scale", [x], scale=1.0, bias=3.0), 0.0, 6.0)
-    six = r.add(line, "full", [], shape=(), value=6.0, dtype=x.type.dtype)
+    six = r.scalar(line, 6.0, x.type.dtype)
     return [r.add(line, "div", [r.add(line, "mul", [x, gate]), six])]
 
 

@@ -24,10 +24,9 @@ from .reader import (
     Results,
     _arity,
     _flag,
-    _known_ints,
+    _known_numbers,
     _number,
     _opaque,
-    _operand_groups,
     _optional,
     _Reader,
     handles,
@@ -73,12 +72,8 @@ def _multihead_matmul(r: _Reader, line: Line) -> Results:
         part = r.add(line, "reshape", [part], shape=(batch, seq, heads, n // heads))
         parts.append(r.add(line, "transpose", [part], perm=(0, 2, 1, 3)))
     mask_name = line.operands[3] if len(line.operands) > 3 else NULL_VALUE
-    mask = (
-        r.add(line, "full", [], shape=(), value=0.0, dtype=x.type.dtype)
-        if mask_name == NULL_VALUE
-        else r.tensor(line, mask_name)
-    )
-    keep_all = r.add(line, "full", [], shape=(), value=1.0, dtype="bool")
+    mask = r.scalar(line, 0.0, x.type.dtype) if mask_name == NULL_VALUE else r.tensor(line, mask_name)
+    keep_all = r.scalar(line, 1.0, "bool")
     out = r.add(line, "attention", [*parts, mask, keep_all], scale=float(alpha))
     out = r.add(line, "transpose", [out], perm=(0, 2, 1, 3))
     return [r.add(line, "reshape", [out], shape=(batch, seq, n))]
@@ -561,7 +556,7 @@ def _source_index(
 
 
 def _interpolate(
-    x: jax.Array, *tensors: jax.Array, interp_method: str, operands: str = "t", **attrs: Any
+    x: jax.Array, *tensors: jax.Array, interp_method: str, operands: str | None = None, **attrs: Any
 ) -> jax.Array:
     """``nearest_interp`` / ``bilinear_interp`` (NCHW) to out_h × out_w (or by ``scale``), with Paddle's
     align_corners and align_mode: nearest reads floor(i · ratio); bilinear blends the two neighbours of
@@ -570,18 +565,18 @@ def _interpolate(
     else the attribute) and then an ``out_size`` tensor (such as another tensor's shape) override
     out_h and out_w."""
     op = f"pd_op.{interp_method}_interp"
-    out_size, sizes, scale_tensor = ([*_operand_groups(tensors, operands), None, None, None])[:3]
+    out_size, sizes, scale_tensor = _optional(tensors, operands, 1, 3)
     height, width = x.shape[-2:]
     scale = [float(s) for s in attrs.get("scale", ())]
     if scale_tensor is not None:
-        scale = _known_ints(op, "scale", scale_tensor)
+        scale = _known_numbers(op, "scale", scale_tensor)
     scale = (scale * 2)[:2] if scale else [0.0, 0.0]
     out_h = attrs["out_h"] if attrs["out_h"] > 0 else int(height * scale[0])
     out_w = attrs["out_w"] if attrs["out_w"] > 0 else int(width * scale[1])
     if out_size is not None:
-        out_h, out_w = (int(v) for v in _known_ints(op, "output size", out_size)[:2])
+        out_h, out_w = (int(v) for v in _known_numbers(op, "output size", out_size)[:2])
     if sizes:
-        out_h, out_w = (int(v) for v in _known_ints(op, "output size", sizes)[:2])
+        out_h, out_w = (int(v) for v in _known_numbers(op, "output size", sizes)[:2])
         scale = [0.0, 0.0]
     corners = bool(attrs.get("align_corners", 0))
     for axis, (size, out, s) in enumerate(zip((height, width), (out_h, out_w), scale, strict=True)):

@@ -116,6 +116,10 @@ class _Reader:
             raise ParseError(f"{name} is a list, expected a tensor", line=line.number, op=line.name)
         return v
 
+    def scalar(self, line: Line, value: float, dtype: str) -> Value:
+        """A scalar ``full`` of ``dtype``: a constant operand of the ops a line becomes."""
+        return self.add(line, "full", [], shape=(), value=float(value), dtype=dtype)
+
     def remember(self, value: Value, fill: object) -> None:
         """Keep the contents of a small constant (shape operands, scalars); big ones stay symbolic."""
         if value.type.size <= _MAX_KEPT_CONSTANT:
@@ -482,29 +486,24 @@ def _read(r: _Reader, lines: Iterable[Line]) -> list[tuple[str, Value]]:
     return produced
 
 
-def _optional(tensors: tuple[jax.Array, ...], operands: str, first: int, count: int) -> list[Any]:
-    """The operands ``first`` .. ``first + count - 1`` of an op, None where absent: ``tensors`` are the
-    ones present after ``first``'s predecessors, ``operands`` the layout (``t`` present, ``n`` absent)."""
-    present = iter(tensors)
-    return [next(present) if kind == "t" else None for kind in operands.split(",")[first : first + count]]
-
-
-def _operand_groups(tensors: tuple[Any, ...], operands: str) -> list[Any]:
-    """The operands after the first, by the layout ``operands`` records: a tensor (``t``), None where
-    absent (``n``), or a list of n (``l<n>``)."""
+def _optional(tensors: tuple[Any, ...], operands: str | None, first: int, count: int) -> list[Any]:
+    """The operands ``first`` .. ``first + count - 1`` of an opaque op, by the layout it records
+    (``operands``: ``t`` a tensor, ``n`` absent: None, ``l<n>`` a list of n; no layout: all tensors):
+    ``tensors`` are the ones present after ``first``'s predecessors. Operands past the layout are None."""
+    kinds = operands.split(",")[first : first + count] if operands else ["t"] * min(count, len(tensors))
     present = iter(tensors)
     groups: list[Any] = []
-    for kind in operands.split(",")[1:]:
+    for kind in kinds:
         if kind == "n":
             groups.append(None)
         elif kind.startswith("l"):
             groups.append([next(present) for _ in range(int(kind[1:]))])
         else:
             groups.append(next(present))
-    return groups
+    return groups + [None] * (count - len(groups))
 
 
-def _known_ints(op: str, what: str, values: Any) -> list[float]:
+def _known_numbers(op: str, what: str, values: Any) -> list[float]:
     """The numbers in an operand that sizes a result: known when the program is read (shape arithmetic
     on the bound inputs), not computed from tensor values."""
     parts = values if isinstance(values, list) else [values]

@@ -192,15 +192,19 @@ def _scalar(r: _Reader, line: Line, value: Value, dtype: str) -> Value:
 def _range_length(r: _Reader, line: Line, span: _Range, dtype: str) -> Value:
     """max(ceil((end - start) / step), 0), a scalar of ``dtype``."""
 
-    def number(v: int) -> Value:
-        return r.add(line, "full", [], shape=(), value=float(v), dtype=dtype)
-
     start, end = (_scalar(r, line, r.tensor(line, name), dtype) for name in (span.start, span.end))
     distance = r.add(line, "sub", [end, start] if span.step > 0 else [start, end])
     stride = abs(span.step)
     if stride != 1:  # rounded up; a negative distance rounds toward zero, then is clamped
-        distance = r.add(line, "div", [r.add(line, "add", [distance, number(stride - 1)]), number(stride)])
-    return r.add(line, "maximum", [distance, number(0)])
+        distance = r.add(
+            line,
+            "div",
+            [
+                r.add(line, "add", [distance, r.scalar(line, stride - 1, dtype)]),
+                r.scalar(line, stride, dtype),
+            ],
+        )
+    return r.add(line, "maximum", [distance, r.scalar(line, 0, dtype)])
 
 
 @handles("pd.shape", "pd.shape64")
@@ -234,10 +238,10 @@ def _slice(r: _Reader, line: Line) -> Results:
         )
     dtype = r.tensor(line, span.start).type.dtype
     i = _scalar(r, line, r.tensor(line, line.operands[1]), dtype)
-    zero = r.add(line, "full", [], shape=(), value=0.0, dtype=dtype)
+    zero = r.scalar(line, 0, dtype)
     wrapped = r.add(line, "add", [i, _range_length(r, line, span, dtype)])
     i = r.add(line, "select", [r.add(line, "lt", [i, zero]), wrapped, i])
-    step = r.add(line, "full", [], shape=(), value=float(span.step), dtype=dtype)
+    step = r.scalar(line, span.step, dtype)
     start = _scalar(r, line, r.tensor(line, span.start), dtype)
     return [r.add(line, "add", [start, r.add(line, "mul", [i, step])])]
 
