@@ -31,7 +31,9 @@ class Device:
     for a dot or conv kernel the entry of ``peaks`` for its kind (``dot:bfloat16``, ``conv:NHWC:float32``,
     else ``conv:float32``) where there is one. An entry ``write:<kind>`` is the bandwidth at which such a
     product writes its result (one over a short contraction, as q kᵀ in attention, is bound by it): the
-    write then costs ``written / write_bandwidth`` more."""
+    write then costs ``written / write_bandwidth`` more. ``kernels``: the ops this backend runs on a
+    fused kernel of its own (``eqsat.ops.attention_kernels``), priced as one kernel that reads its
+    operands and writes its result once."""
 
     name: str
     peak_flops: float
@@ -42,6 +44,7 @@ class Device:
     loop_step_s: float
     source: str
     peaks: tuple[tuple[str, float], ...] = ()
+    kernels: tuple[str, ...] = ()
 
     def peak(self, kind: str = "") -> float:
         """Flops per second of a kernel of ``kind`` (see ``ops.contraction_kind``)."""
@@ -67,25 +70,27 @@ class Device:
         """Plain data: what ``calibrate`` writes and a user may edit."""
         data = asdict(self)
         data["peaks"] = dict(self.peaks)
+        data["kernels"] = list(self.kernels)
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Device:
         """A profile from ``to_json``'s data; a ``ValueError`` naming what is missing or not a number."""
         names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in data and n != "peaks"]
+        missing = [n for n in names if n not in data and n not in ("peaks", "kernels")]
         if missing:
             raise ValueError(f"a device profile needs {', '.join(missing)}")
         values = {n: data[n] for n in names if n in data}
         try:
-            numbers = {n: float(values[n]) for n in names if n not in ("name", "source", "peaks")}
+            numbers = {n: float(values[n]) for n in names if n not in ("name", "source", "peaks", "kernels")}
             peaks = tuple(sorted((str(k), float(v)) for k, v in dict(values.get("peaks", {})).items()))
         except (TypeError, ValueError) as e:
             raise ValueError(f"a device profile's numbers must be numbers: {e}") from None
         bad = [n for n, v in [*numbers.items(), *peaks] if not v > 0 and n != "loop_step_s"]
         if bad:
             raise ValueError(f"a device profile's {bad[0]} must be positive")
-        return cls(str(values["name"]), **numbers, source=str(values["source"]), peaks=peaks)
+        kernels = tuple(str(op) for op in values.get("kernels", ()))
+        return cls(str(values["name"]), **numbers, source=str(values["source"]), peaks=peaks, kernels=kernels)
 
 
 _CPU_PEAK = 1.26e11  # float32 products, fitted (see the cpu profile's source)
@@ -123,8 +128,15 @@ DEVICES: dict[str, Device] = {
         cache_bytes=50 * 2**20,
         cache_bandwidth=1.2e13,
         loop_step_s=1e-5,
-        source="NVIDIA H100 SXM5 datasheet: TF32 Tensor Core 494.7 TFLOPS (dense), HBM3 3.35 TB/s; "
-        "50 MB L2; ~5 µs kernel launch (CUDA launch latency)",
+        peaks=tuple(
+            sorted((f"dot:{w}{d}", 9.89e14) for d in ("bfloat16", "float16") for w in ("", "widened:"))
+        ),
+        kernels=("flash_attention",),
+        source="NVIDIA H100 SXM5 datasheet: TF32 Tensor Core 494.7 TFLOPS (dense; JAX's default precision "
+        "runs float32 products as TF32 on GPUs), BF16/FP16 Tensor Core 989.4 TFLOPS (dense, float32 "
+        "accumulation), HBM3 3.35 TB/s; 50 MB L2; ~5 µs kernel launch (CUDA launch latency). flash "
+        "attention runs as one cuDNN or Pallas (Triton) kernel (eqsat.ops.attention_kernels); none of "
+        "these figures was measured by this project",
     ),
     "tpu-v5e": Device(
         "tpu-v5e",
@@ -134,8 +146,10 @@ DEVICES: dict[str, Device] = {
         cache_bytes=48 * 2**20,
         cache_bandwidth=4.0e12,
         loop_step_s=5e-6,
+        kernels=("flash_attention",),
         source="Google Cloud TPU v5e system architecture: 197 TFLOPS bf16 per chip, 16 GiB HBM2 at 819 GB/s; "
-        "on-chip vector memory modeled as a 48 MiB cache",
+        "on-chip vector memory modeled as a 48 MiB cache; flash attention runs as one Pallas kernel "
+        "(eqsat.ops.attention_kernels); none of these figures was measured by this project",
     ),
 }
 

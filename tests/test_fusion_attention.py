@@ -293,6 +293,7 @@ def test_flash_accumulates_half_precision_in_float32(dtype, flash_path):
     _compare(q, k, v, rtol=2e-2)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend")
 def test_flash_uses_cudnn_on_gpu_and_matches():
     q, k, v = _qkv((1, 4, 1024, 64), dtype=jnp.bfloat16)

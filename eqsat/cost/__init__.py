@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import jax
+
 from .fusion import Fused, XlaFusion
 from .kernels import KernelTimes
 from .measured import Measured
@@ -29,10 +31,17 @@ __all__ = [
     "phases",
 ]
 
+
+def this_roofline() -> Roofline:
+    """The default model: this device's roofline (``Roofline()``); on a GPU or TPU over the kernels XLA
+    fuses there (``XlaFusion()``: XLA:GPU and XLA:TPU fuse elementwise chains and epilogues)."""
+    return Roofline() if jax.default_backend() == "cpu" else XlaFusion()
+
+
 MODELS: dict[str, Callable[[], CostModel]] = {
     "nodes": NodeCount,
     "flops": Flops,
-    "roofline": Roofline,
+    "roofline": this_roofline,
     "measured": Measured,
     "xla": XlaFusion,
 }

@@ -29,6 +29,7 @@ from jax import lax
 
 from eqsat.config import write_atomically
 from eqsat.devices import Device, profile_path
+from eqsat.ops.attention_kernels import KERNELS as ATTENTION_KERNELS
 from eqsat.ops.base import contraction_kind
 from eqsat.speed import median_seconds
 
@@ -186,6 +187,7 @@ def calibrate(*, quick: bool = False, save: bool = True, progress: Progress | No
         source=f"measured by eqsat.calibrate({'quick=True' if quick else ''}) on {date.today()}: "
         f"{jax.devices()[0].device_kind}, jax {version('jax')}",
         peaks=tuple(sorted(peaks.items())),
+        kernels=("flash_attention",) if jax.default_backend() in ATTENTION_KERNELS else (),
     )
     say("attention")
     seq = 256 if quick else 512

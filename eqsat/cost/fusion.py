@@ -28,8 +28,8 @@ def fusion_kind(op: Op) -> Fusion:
     return "kernel" if op.name == OPAQUE else OPS[op.name].fusion_kind
 
 
-def _phases(op: Op) -> list[Kernel]:
-    return phases(op.name, op.attrs, [v.type for v in op.inputs], op.outputs[0].type)
+def _phases(op: Op, device: Device | None = None) -> list[Kernel]:
+    return phases(op.name, op.attrs, [v.type for v in op.inputs], op.outputs[0].type, device)
 
 
 @dataclass
@@ -47,10 +47,12 @@ class Group:
 class Fused:
     """The fusion groups of ``program`` (``groups``) and the kernels they run as. ``epilogues``: the
     backend applies a dot's or conv's bias and activation in the same kernel (GPU); XLA:CPU runs them
-    as a loop over the result, after the product."""
+    as a loop over the result, after the product. ``device``: where an op runs on a kernel of the
+    device's own (``Device.kernels``)."""
 
-    def __init__(self, program: Program, epilogues: bool = False) -> None:
+    def __init__(self, program: Program, epilogues: bool = False, device: Device | None = None) -> None:
         self.epilogues = epilogues
+        self.device = device
         self.live = program.live_ops()
         self.folded = folded_ops(program)[0]
         self.producer: dict[int, Op] = {id(v): op for op in self.live for v in op.outputs}
@@ -170,7 +172,7 @@ class Fused:
     def program_kernels(self) -> Iterator[Kernel]:
         """Every kernel the program runs, group by group."""
         for group in self.groups:
-            yield from self.kernels(group, _phases(group.root))
+            yield from self.kernels(group, _phases(group.root, self.device))
             if not self.epilogues:
                 r = group.root
                 yield from epilogue(r.name, [v.type for v in r.inputs], r.outputs[0].type)
@@ -214,7 +216,7 @@ class XlaFusion(Roofline):
         return max(flops / d.peak(), output.nbytes / bandwidth)
 
     def program_cost(self, program: Program) -> float:
-        fused = Fused(program, self.epilogues)
+        fused = Fused(program, self.epilogues, self.device)
         return sum(self.kernel_seconds(k) for k in fused.program_kernels())
 
     def fingerprint(self) -> str | None:

@@ -97,11 +97,23 @@ class NodeCount(CostModel):
         return self.name
 
 
-def phases(op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType) -> list[Kernel]:
-    """(flops, bytes) of each kernel an op runs as (see ``OpDef.cost_phases``); opaque ops: one kernel."""
+def phases(
+    op: str,
+    attrs: dict[str, Any],
+    inputs: Sequence[TensorType],
+    output: TensorType,
+    device: Device | None = None,
+) -> list[Kernel]:
+    """(flops, bytes) of each kernel an op runs as (see ``OpDef.cost_phases``); opaque ops: one kernel.
+    On a ``device`` that runs the op on a fused kernel of its own (``Device.kernels``), that kernel:
+    the op's arithmetic, its operands read and its result written once."""
+    io = float(sum(t.nbytes for t in inputs) + output.nbytes)
     if op == OPAQUE:
-        return [Kernel(float(output.size), float(sum(t.nbytes for t in inputs) + output.nbytes))]
-    return OPS[op].cost_phases(inputs, output, attrs)
+        return [Kernel(float(output.size), io)]
+    own = OPS[op].cost_phases(inputs, output, attrs)
+    if device is None or op not in device.kernels or not own:
+        return own
+    return [Kernel(sum(k.flops for k in own), io, kind=own[0].kind)]
 
 
 class Flops(CostModel):
@@ -191,7 +203,7 @@ class Roofline(CostModel):
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
     ) -> float:
         """The roofline's seconds, timings aside."""
-        return sum(self.kernel_seconds(k) for k in phases(op, attrs, inputs, output))
+        return sum(self.kernel_seconds(k) for k in phases(op, attrs, inputs, output, self.device))
 
     def time_kernels(self, alternatives: Sequence[Sequence[Call]], seconds: float) -> tuple[int, int]:
         if self.timings is None:

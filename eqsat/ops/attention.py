@@ -9,8 +9,8 @@ never materializes the S×S scores, skips causal blocks, and has its own blocked
 keep the meaning of masks: with a ``-inf`` fill a fully masked row gives ``0/0`` (NaN), as naive softmax
 does; with a finite fill it is the uniform average; with ``zero_masked`` the probabilities of masked keys
 are 0 after the softmax (as Keras's masked softmax writes it), so a fully masked row gives 0. On a GPU
-backend, float16/bfloat16 inputs of rank 4 go to cuDNN's fused attention
-(``jax.nn.dot_product_attention(implementation="cudnn")``) when it accepts them.
+or TPU, ``flash_attention`` runs on the backend's own kernel (cuDNN, Pallas) where that kernel computes
+the call exactly as written (``eqsat.ops.attention_kernels``).
 
 Recognition goes through two intermediate ops defined here too: ``scores`` (``q kᵀ·scale + bias``, the
 scaled product) and ``masked_softmax`` (in ``eqsat.ops.reduce``)."""
@@ -31,6 +31,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast, broadcasts_to
 from eqsat.types import FLOAT_DTYPES, TensorType
 
+from . import attention_kernels as kernels
 from .base import (
     ACCUMULATE,
     RESULT_DTYPE,
@@ -257,32 +258,6 @@ def naive_attention(
     return jnp.matmul(probabilities.astype(q.dtype), v, preferred_element_type=q.dtype)
 
 
-def _cudnn(
-    q: Array, k: Array, v: Array, bias: Array | None, mask: Array | None, scale: float, causal: bool
-) -> Array | None:
-    """cuDNN fused attention for (B, H, S, D) half-precision inputs on GPU without a boolean mask,
-    else None."""
-    if jax.default_backend() != "gpu" or q.ndim != 4 or q.dtype not in (jnp.float16, jnp.bfloat16):
-        return None
-    if mask is not None:
-        return None
-    try:
-        full = None if bias is None else jnp.broadcast_to(bias, (*q.shape[:-1], k.shape[-2])).astype(q.dtype)
-        query, key, value = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))
-        out = jax.nn.dot_product_attention(
-            query,
-            key,
-            value,
-            bias=full,
-            scale=scale,
-            is_causal=causal,
-            implementation="cudnn",
-        )
-    except Exception:  # cuDNN rejects this layout, size or version: use the portable path
-        return None
-    return jnp.swapaxes(out, 1, 2)
-
-
 def _pad(x: Array, axis: int, length: int, value: float | bool = 0) -> Array:
     """Pad ``axis`` with ``value`` up to ``length`` (no copy when it has it, or broadcasts there)."""
     pad = length - x.shape[axis]
@@ -295,6 +270,37 @@ def _pad(x: Array, axis: int, length: int, value: float | bool = 0) -> Array:
 
 def _scores_rank(x: Array, rank: int, dtype: DTypeLike) -> Array:
     return x.reshape((1,) * (rank - x.ndim) + x.shape).astype(dtype)
+
+
+def kernel_call(
+    q: Array,
+    k: Array,
+    v: Array,
+    bias: Array | None,
+    mask: Array | None,
+    scale: float,
+    fill: float,
+    causal: int,
+    scores_dtype: str,
+    softmax_dtype: str,
+    shifted: int,
+) -> kernels.Call:
+    """What a backend's kernel needs to know of a ``flash_attention`` call (``bias`` and ``mask`` None
+    where they are known to do nothing; ``scale`` with the divisor folded in)."""
+    bias_dtype = None if bias is None else str(bias.dtype)
+    precision = (scores_dtype, softmax_dtype, bool(shifted))
+    return kernels.Call(
+        q.shape,
+        k.shape,
+        v.shape,
+        str(q.dtype),
+        bias_dtype,
+        mask is not None,
+        bool(causal),
+        fill,
+        scale,
+        *precision,
+    )
 
 
 def flash_attention(
@@ -333,10 +339,10 @@ def flash_attention(
     b, m = _optional(bias, mask)
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
-    if scores_dtype == softmax_dtype == "float32" and not zero_masked:  # cuDNN: float32 scores, as written
-        fused = _cudnn(q, k, v, b, m, scale / divisor, bool(causal))
-        if fused is not None:
-            return fused
+    call = kernel_call(q, k, v, b, m, scale / divisor, fill, causal, scores_dtype, softmax_dtype, shifted)
+    fused = kernels.run(call, q, k, v, b)
+    if fused is not None:  # the backend's own kernel takes it
+        return fused
     bq, bk, nq, nk = flash_blocks(prod(q.shape[:-2]), sq, sk)
     if q.dtype == acc_dtype == scores_dtype:  # scaling q costs less than scaling the scores
         q, scale = q * jnp.asarray(scale, acc_dtype), 1.0

@@ -1,0 +1,189 @@
+"""The device check: on a machine with a GPU or TPU, the device-only tests and a short benchmark, in
+under 5 minutes with compilation, written to ``bench/device.json``.
+
+1. ``pytest -m gpu``: the tests that need a GPU (cuDNN's and Triton's attention run for real, against
+   the program as written), skipped where the backend is not a GPU.
+2. Causal and full attention in bfloat16, 8 heads of 64 in (B, S, H, D) as libraries write it, at
+   S = 2048 and 8192: forward, and the gradient of a loss through it; eqsat.jit against jax.jit and
+   against ``jax.nn.dot_product_attention`` with cuDNN (GPU only), interleaved in one process with
+   jax.jit against itself (the noise), and which kernel eqsat's program ran on.
+3. The transformer and CNN programs of ``bench/`` (a 2-layer BERT encoder and a GPT-2 block at
+   S = 512, ResNet-18 and MobileNetV2 at 224): eqsat.jit against jax.jit.
+
+    python -m bench.device              # on the device -> bench/device.json
+    python -m bench.device --smoke      # tiny shapes, no tests: checks the script on any backend
+    scripts/device_check.sh             # the same as the first, with the device named first
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import eqsat
+from bench.cnn import CASES as CNN_CASES
+from bench.common import interleaved, max_abs_diff, write
+from bench.models import make_bert, make_gpt2_block
+
+HEADS, HEAD_DIM = 8, 64
+REPEATS = 5
+
+
+def attention(causal: bool) -> Callable[..., jax.Array]:
+    """Self-attention as libraries write it, (B, S, H, D) in and out."""
+
+    def attend(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+        if causal:
+            i = jnp.arange(q.shape[1])
+            s = jnp.where(i[:, None] >= i[None, :], s, -jnp.inf)
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+    return attend
+
+
+def _library(causal: bool) -> Callable[..., jax.Array]:
+    """``jax.nn.dot_product_attention``: cuDNN's kernel on a GPU, XLA's elsewhere."""
+    implementation = "cudnn" if jax.default_backend() == "gpu" else None
+
+    def attend(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        return jax.nn.dot_product_attention(q, k, v, is_causal=causal, implementation=implementation)
+
+    return attend
+
+
+def _loss(fn: Callable[..., jax.Array]) -> Callable[..., Any]:
+    return jax.grad(lambda q, k, v: jnp.mean(jnp.square(fn(q, k, v).astype(jnp.float32))), (0, 1, 2))
+
+
+def _kernel(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
+    """Which kernel a program's attention ran on, from its compiled text."""
+    text = jax.jit(fn).lower(*args).as_text()
+    for marker, name in (("cudnn", "cudnn"), ("triton", "pallas-gpu"), ("tpu_custom_call", "pallas-tpu")):
+        if marker in text:
+            return name
+    return "xla"
+
+
+def measure_attention(seq: int, causal: bool, gradient: bool, batch: int = 1) -> dict[str, Any]:
+    rng = np.random.default_rng(seq)
+    args = tuple(jnp.asarray(rng.normal(size=(batch, seq, HEADS, HEAD_DIM)), jnp.bfloat16) for _ in range(3))
+    written = attention(causal)
+    ours = eqsat.jit(written)
+    variants = {"eqsat": ours, "jax": written, "library": _library(causal)}
+    if gradient:
+        variants = {name: _loss(fn) for name, fn in variants.items()}
+    compiled = {name: jax.jit(fn) for name, fn in variants.items()} | {"jax_again": jax.jit(variants["jax"])}
+    want = compiled["jax"](*args)
+    errors = {name: max_abs_diff(compiled[name](*args), want) for name in ("eqsat", "library")}
+    times = interleaved({name: (lambda f=f: f(*args)) for name, f in compiled.items()}, REPEATS)
+    return {
+        "case": f"attention_{'causal' if causal else 'full'}_{seq}_{'gradient' if gradient else 'forward'}",
+        "eqsat_s": times["eqsat"],
+        "jax_s": times["jax"],
+        "library_s": times["library"],
+        "speedup": times["jax"] / times["eqsat"],
+        "vs_library": times["library"] / times["eqsat"],
+        "noise": times["jax"] / times["jax_again"],
+        "kernel": _kernel(variants["eqsat"], args),
+        "max_abs_error": errors["eqsat"],
+        "library_max_abs_error": errors["library"],
+    }
+
+
+def measure_model(name: str, make: Callable[[], Any]) -> dict[str, Any]:
+    fn, args = make()
+    plain, again, ours = jax.jit(fn), jax.jit(fn), jax.jit(eqsat.jit(fn))
+    error = max_abs_diff(ours(*args), plain(*args))
+    times = interleaved(
+        {"eqsat": lambda: ours(*args), "jax": lambda: plain(*args), "jax_again": lambda: again(*args)},
+        REPEATS,
+    )
+    return {
+        "case": name,
+        "eqsat_s": times["eqsat"],
+        "jax_s": times["jax"],
+        "speedup": times["jax"] / times["eqsat"],
+        "noise": times["jax"] / times["jax_again"],
+        "max_abs_error": error,
+    }
+
+
+def cases(smoke: bool) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
+    lengths = (256,) if smoke else (2048, 8192)
+    out = [
+        (f"attention {s} causal={c} gradient={g}", lambda s=s, c=c, g=g: measure_attention(s, c, g))
+        for s in lengths
+        for c in (True, False)
+        for g in (False, True)
+    ]
+    if smoke:
+        return out
+    models = {
+        "bert_2_layers_512": lambda: make_bert(2, 512),
+        "gpt2_block_512": lambda: make_gpt2_block(512),
+        "resnet18_224_nhwc": CNN_CASES["resnet18_224_nhwc"],
+        "mobilenet_v2_224_nhwc": CNN_CASES["mobilenet_v2_224_nhwc"],
+    }
+    return out + [(name, lambda n=name, m=make: measure_model(n, m)) for name, make in models.items()]
+
+
+def gpu_tests() -> dict[str, Any]:
+    """``pytest -m gpu`` in a subprocess: its exit status and summary line."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "tests"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = done.stdout.strip().splitlines()
+    return {
+        "returncode": done.returncode,
+        "summary": lines[-1] if lines else "",
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny shapes, no tests: check the script anywhere"
+    )
+    parser.add_argument(
+        "--out", default=None, help="JSON name under bench/ (default: device, or device_smoke)"
+    )
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    device = str(jax.devices()[0].device_kind)
+    print(f"device check on {jax.default_backend()} ({device}), jax {jax.__version__}", flush=True)
+    results: dict[str, Any] = {"backend": jax.default_backend(), "device": device, "rows": []}
+    if not args.smoke:
+        results["gpu_tests"] = gpu_tests()
+        print(f"pytest -m gpu: {results['gpu_tests']['summary']}", flush=True)
+    for label, run in cases(args.smoke):
+        row = run()
+        results["rows"].append(row)
+        library = f"  vs jax.nn.dot_product_attention {row['vs_library']:.2f}x" if "vs_library" in row else ""
+        kernel = f"  [{row['kernel']}]" if "kernel" in row else ""
+        print(
+            f"{label:45s} {row['speedup']:6.2f}x jax.jit (noise {row['noise']:.2f}){library}{kernel}",
+            flush=True,
+        )
+    results["seconds"] = time.perf_counter() - started
+    path = write(args.out or ("device_smoke" if args.smoke else "device"), results)
+    print(f"wrote {path} in {results['seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
