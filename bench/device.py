@@ -9,6 +9,8 @@ under 5 minutes with compilation, written to ``bench/device.json``.
    jax.jit against itself (the noise), and which kernel eqsat's program ran on.
 3. The transformer and CNN programs of ``bench/`` (a 2-layer BERT encoder and a GPT-2 block at
    S = 512, ResNet-18 and MobileNetV2 at 224): eqsat.jit against jax.jit.
+4. Pallas' GPU layer norm, RMS norm and softmax against XLA's fusion of the same (4096 × 4096,
+   bfloat16), forward: whether routing eqsat's norms to them would pay (they are not routed yet).
 
     python -m bench.device              # on the device -> bench/device.json
     python -m bench.device --smoke      # tiny shapes, no tests: checks the script on any backend
@@ -21,6 +23,7 @@ import argparse
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -117,6 +120,56 @@ def measure_model(name: str, make: Callable[[], Any]) -> dict[str, Any]:
     }
 
 
+def _layer_norm(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+    mean = x.mean(-1, keepdims=True)
+    return (x - mean) * jax.lax.rsqrt(jnp.square(x - mean).mean(-1, keepdims=True) + 1e-5) * w + b
+
+
+def _rms_norm(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+    return x * jax.lax.rsqrt(jnp.square(x).mean(-1, keepdims=True) + 1e-5) * w + b
+
+
+def measure_norm(name: str, rows: int, width: int) -> dict[str, Any]:
+    """Pallas' GPU kernel for ``name`` against jax.jit of its formula (in interpret mode off a GPU)."""
+    with warnings.catch_warnings():  # the modules warn that they moved to tokamax
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from jax.experimental.pallas.ops.gpu import layer_norm, rms_norm
+        from jax.experimental.pallas.ops.gpu import softmax as pallas_softmax
+
+    interpret = jax.default_backend() != "gpu"
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(rows, width)), jnp.bfloat16)
+    w, b = jnp.ones(width, jnp.bfloat16), jnp.zeros(width, jnp.bfloat16)
+    pallas: dict[str, Callable[[], jax.Array]] = {
+        "layer_norm": lambda: layer_norm.layer_norm(x[None], w, b, interpret=interpret)[
+            0
+        ],  # (batch, seq, dim)
+        "rms_norm": lambda: rms_norm.rms_norm(x[None], w, b, interpret=interpret)[0],
+        "softmax": lambda: pallas_softmax.softmax(x, interpret=interpret),
+    }
+    formulas = {
+        "layer_norm": _layer_norm,
+        "rms_norm": _rms_norm,
+        "softmax": lambda x, w, b: jax.nn.softmax(x),
+    }
+    xla, again = jax.jit(formulas[name]), jax.jit(formulas[name])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        error = max_abs_diff(pallas[name](), xla(x, w, b))
+        times = interleaved(
+            {"pallas": pallas[name], "xla": lambda: xla(x, w, b), "xla_again": lambda: again(x, w, b)},
+            REPEATS,
+        )
+    return {
+        "case": f"{name}_{rows}x{width}",
+        "pallas_s": times["pallas"],
+        "xla_s": times["xla"],
+        "speedup": times["xla"] / times["pallas"],
+        "noise": times["xla"] / times["xla_again"],
+        "max_abs_error": error,
+    }
+
+
 def cases(smoke: bool) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
     lengths = (256,) if smoke else (2048, 8192)
     out = [
@@ -124,6 +177,11 @@ def cases(smoke: bool) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
         for s in lengths
         for c in (True, False)
         for g in (False, True)
+    ]
+    rows, width = (16, 256) if smoke else (4096, 4096)
+    out += [
+        (f"pallas {n} vs XLA", lambda n=n: measure_norm(n, rows, width))
+        for n in ("layer_norm", "rms_norm", "softmax")
     ]
     if smoke:
         return out

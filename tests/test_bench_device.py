@@ -21,8 +21,10 @@ def test_the_device_check_runs_and_writes_its_rows(tmp_path):
     results = json.loads((tmp_path / "device.json").read_text())
     assert results["backend"] == "cpu" and "environment" in results
     names = [row["case"] for row in results["rows"]]
-    assert len(names) == len(set(names)) == 4
-    for row in results["rows"]:
+    assert len(names) == len(set(names)) == 7
+    for row in results["rows"][4:]:  # Pallas' norms, interpreted
+        assert row["pallas_s"] > 0 and row["max_abs_error"] < 0.1, row
+    for row in results["rows"][:4]:
         assert row["kernel"] == "xla"  # no GPU kernel on this CPU
         assert row["eqsat_s"] > 0 and row["jax_s"] > 0 and row["library_s"] > 0
         assert row["max_abs_error"] < 0.1, row  # bfloat16 attention, outputs and gradients of about 1
