@@ -217,6 +217,14 @@ RULES = [
         example=_scaled,
         exact=False,
     ),
+    rule(
+        "scale-by-one",
+        "a scale by 1 without bias is x itself (x * 1 is x, NaN and signed zeros included): what "
+        "1 / sqrt(u) leaves once the division is a product by rsqrt(u)",
+        Scale("x", scale=1.0),
+        "x",
+        example=_scaled,
+    ),
     Rule(
         "scalar-mul-to-scale",
         "multiplying a floating-point tensor by a scalar constant is a scale",

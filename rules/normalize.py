@@ -28,6 +28,7 @@ from eqsat.egraph import PARAMETER_VALUE
 from eqsat.ir import TensorType
 from eqsat.ops.conv import CONV_AXES, LAYOUTS
 
+from .algebra import PRODUCTS_IN_RANGE
 from .base import MODERATE, Rule, Variant, rand_shape
 from .ranges import RANGES, Magnitude, cancels_little, in_range
 from .terms import (
@@ -228,6 +229,30 @@ def _distributed() -> tuple[Variant, ...]:
     return tuple(out)
 
 
+def _vector_outermost() -> tuple[Variant, ...]:
+    """(g * y) * z, in any order of each product, g a vector along the last axis (plain or reshaped
+    to broadcast) and z of the result's shape (so y * z is too): (y * z) * g."""
+    n = f"(vec-get {shape_of('z')} (- (vec-length {shape_of('z')}) 1))"
+    out = []
+    for g in _vectors("g"):
+        for inner in (Mul(g, "y"), Mul("y", g)):
+            for lhs in (Mul(inner, "z"), Mul("z", inner)):
+                guards = (
+                    equal(shape_of("g"), vec([n])),
+                    equal(shape_of(lhs), shape_of("z")),  # then y * z has lhs's shape too
+                    wide_float(dtype_of("z")),
+                )
+                out.append(Variant(lhs, Mul(Mul("y", "z"), "g"), guards))
+    return tuple(out)
+
+
+def _outermost_example(rng: Any) -> dict[str, Any]:
+    """z of rank 2-4, y its shape with the last axis 1 (a per-row statistic), g along the last axis."""
+    ex = _norm_example(rng)
+    shape = ex["x"].shape
+    return {**ex, "z": ex["x"], "y": TensorType((*shape[:-1], 1), F32)}
+
+
 def _scaled_weights(ty: int) -> str:
     """w with its rows (its columns when transposed: ``transpose_y``) scaled by the vector g."""
     if ty == 0:
@@ -356,6 +381,15 @@ RULES = [
             *_along_last(Add, _layer("h", "ZERO"), lambda g: _layer("h", g)),
         ),
         _layer_example,
+    ),
+    Rule(
+        "vector-factor-outermost",
+        "(g * y) * z, g a vector along the last axis, is (y * z) * g: a norm's scale applied first "
+        "(haiku's scale * rsqrt(var + eps) * (x - mean)) moves after the core it scales (1 rounding)",
+        _vector_outermost(),
+        _outermost_example,
+        exact=False,
+        assumes=PRODUCTS_IN_RANGE,
     ),
     Rule(
         "layer-norm-distributed",

@@ -27,6 +27,7 @@ from .terms import (
     Full,
     IsFinite,
     MaskedSoftmax,
+    Matmul,
     Maximum,
     Mul,
     ReduceMax,
@@ -124,7 +125,45 @@ def _masked(x: str, dtype: str, mask: str = "m", fill: str | float = "f", zero: 
 _SOFTMAX = Softmax("x", axis="a", shifted="sh")
 
 
+def _rows_example(rng: Any) -> dict[str, Any]:
+    """p (..., q, k) and v (..., k, d) or its transpose, l (..., q, 1): a per-row divisor."""
+    batch = rand_shape(rng, int(rng.integers(0, 3)))
+    q, k, d = (int(n) for n in rng.integers(1, 6, 3))
+    ty = int(rng.integers(2))
+    v = (*batch, d, k) if ty else (*batch, k, d)
+    return {
+        "p": TensorType((*batch, q, k), F32),
+        "v": TensorType(v, F32),
+        "l": TensorType((*batch, q, 1), F32),
+        "ty": ty,
+        "d": F32,
+    }
+
+
+_ROWS = Matmul("p", "v", transpose_y="ty", dtype="d")
+
+
 RULES = [
+    Rule(
+        "normalize-before-product",
+        "(p @ v) / l, l one divisor per row of p, is (p / l) @ v: a softmax normalized after its product "
+        "with v (MaxText's exp(s - max) @ v / sum) is normalized before it (1 rounding per row moves)",
+        (
+            Variant(
+                Div(_ROWS, "l"),
+                Matmul(Div("p", "l"), "v", transpose_y="ty", dtype="d"),
+                (
+                    equal(shape_of("l"), f"(vec-set {shape_of('p')} (- (vec-length {shape_of('p')}) 1) 1)"),
+                    equal(f"(vec-length {shape_of('p')})", f"(vec-length {shape_of(_ROWS)})"),
+                    equal("d", dtype_of("p")),
+                    float_dtype("d"),
+                ),
+            ),
+        ),
+        _rows_example,
+        exact=False,
+        assumes="p / l stays in range (a softmax's exponentials over their sum are in [0, 1])",
+    ),
     Rule(
         "softmax-stats-form",
         "exp(x - m) / l with m = max(x), l = sum(exp(x - m)) is softmax(x) (l summed in float32 for half "
