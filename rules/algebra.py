@@ -157,6 +157,8 @@ def _product_example(rng: Any) -> dict[str, Any]:
 # What regrouping products of run-time data assumes (the new grouping's partial products are others)
 PRODUCTS_IN_RANGE = "the products of its inputs in either grouping stay in range"
 
+_ONE = Full(shape="(vec-empty)", value=1.0, dtype="d")  # a scalar one of x's dtype
+
 RULES = [
     Rule(
         "matmul-assoc",
@@ -217,13 +219,15 @@ RULES = [
         example=_scaled,
         exact=False,
     ),
-    rule(
-        "scale-by-one",
-        "a scale by 1 without bias is x itself (x * 1 is x, NaN and signed zeros included): what "
-        "1 / sqrt(u) leaves once the division is a product by rsqrt(u)",
-        Scale("x", scale=1.0),
-        "x",
-        example=_scaled,
+    Rule(
+        "mul-by-one",
+        "x times a scalar 1, either order, is x (x * 1 is x, NaN and signed zeros included): what "
+        "1 / sqrt(u) leaves once the division is a product by rsqrt(u) (Keras' Gemma RMS norm)",
+        (
+            Variant(Mul("x", _ONE), "x", (equal("d", dtype_of("x")),)),
+            Variant(Mul(_ONE, "x"), "x", (equal("d", dtype_of("x")),)),
+        ),
+        _scaled,
     ),
     Rule(
         "scalar-mul-to-scale",

@@ -1,17 +1,18 @@
-"""Attention: ``softmax(where(mask, q kᵀ·scale + bias, fill)) v`` recognized as one ``attention`` op,
-which equals ``flash_attention`` — the same softmax computed blockwise in stats form (see
-``rules/softmax.py``), streaming over key blocks without materializing the S×S scores. The cost
-model picks one.
+"""Attention: ``softmax(where(mask, q kᵀ·scale + bias, fill)) v``, its scores soft-capped or not,
+recognized as one ``attention`` op, which equals ``flash_attention`` — the same softmax computed
+blockwise in stats form (see ``rules/softmax.py``), streaming over key blocks without materializing
+the S×S scores. The cost model picks one.
 
 Recognition composes small steps through two intermediate forms instead of listing spellings: the
-**scaled product** ``scores(q, k, bias, scale)`` (a ``q kᵀ`` matmul, then a scale, then an added bias,
-each step one rule here) and the **masked softmax** ``masked_softmax(x, mask, fill, zero_masked)``
-(``rules/softmax.py``: a softmax, of a ``where(mask, x, fill)``, in its own dtype or cast, its masked
-probabilities zeroed or not). Attention is their product with v. Around them, layout rules move
-transposes into matmul flags and through elementwise ops, scales hoist (``rules/algebra.py``),
-softmax's expansions fold back into ``softmax``, constants fold (``rules/fold.py``), and the layout
-pass (``eqsat.layout``) drops unit dims. A mask built from iota comparisons (row >= column) becomes the
-``causal`` flag; an expanded or reshaped mask or bias is not needed (attention broadcasts them).
+**scaled product** ``scores(q, k, bias, scale)`` (a ``q kᵀ`` matmul, then a scale, a divisor, a
+soft-cap ``t · tanh(s / t)`` and an added bias, each step one rule here) and the **masked softmax**
+``masked_softmax(x, mask, fill, zero_masked)`` (``rules/softmax.py``: a softmax, of a ``where(mask, x,
+fill)``, in its own dtype or cast, its masked probabilities zeroed or not). Attention is their product
+with v. Around them, layout rules move transposes into matmul flags and through elementwise ops,
+scales hoist (``rules/algebra.py``), softmax's expansions fold back into ``softmax``, constants fold
+(``rules/fold.py``), and the layout pass (``eqsat.layout``) drops unit dims. A mask built from iota
+comparisons (row >= column) becomes the ``causal`` flag; an expanded or reshaped mask or bias is not
+needed (attention broadcasts them).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from .terms import (
     Reshape,
     Scale,
     Scores,
+    Tanh,
     differ,
     dtype_of,
     equal,
@@ -63,12 +65,18 @@ _ATTRS = {
     "scores_dtype": "ds",
     "softmax_dtype": "dm",
     "shifted": "sh",
+    "softcap": "cap",
 }
 _SHIFTED = {**_ATTRS, "shifted": 1}  # streaming keeps a running max: flash attention's softmax is shifted
 
 
-def _scores(bias: str = "b", scale: str | float = "c", divisor: str | float = "cd") -> str:
-    return Scores("q", "k", bias, scale=scale, divisor=divisor, dtype="ds")
+def _scores(
+    bias: str = "b", scale: str | float = "c", divisor: str | float = "cd", softcap: str | float = "cap"
+) -> str:
+    return Scores("q", "k", bias, scale=scale, divisor=divisor, dtype="ds", softcap=softcap)
+
+
+_CAP = Full(shape="(vec-empty)", value="t", dtype="ds")
 
 
 def _fuse(cast: bool) -> Variant:
@@ -151,6 +159,8 @@ def _example(rng: Any, dq: str = F32, ds: str | None = None, dm: str | None = No
         "zm": int(rng.integers(0, 2)),
         "cd": float(rng.choice([1.0, float(np.sqrt(8)), 3.0])),
         "sh": int(rng.integers(0, 2)),
+        "cap": float(rng.choice([0.0, 0.5, 50.0])),
+        "t": float(rng.choice([0.5, 50.0])),
     }
 
 
@@ -176,7 +186,9 @@ RULES = [
         "q kᵀ is the scaled product with scale 1 and no bias (the form attention is recognized from)",
         (
             Variant(
-                Matmul("q", "k", transpose_y=1, dtype="ds"), _scores(ZERO, 1.0, 1.0), (float_dtype("ds"),)
+                Matmul("q", "k", transpose_y=1, dtype="ds"),
+                _scores(ZERO, 1.0, 1.0, 0.0),
+                (float_dtype("ds"),),
             ),
         ),
         _example,
@@ -184,7 +196,7 @@ RULES = [
     Rule(
         "scores-scale",
         "the scaled product with scale 1 and no bias, scaled by c, is the scaled product with scale c",
-        (Variant(Scale(_scores(ZERO, 1.0, 1.0), scale="c"), _scores(ZERO, "c", 1.0)),),
+        (Variant(Scale(_scores(ZERO, 1.0, 1.0, 0.0), scale="c"), _scores(ZERO, "c", 1.0, 0.0)),),
         _example,
     ),
     Rule(
@@ -193,11 +205,38 @@ RULES = [
         "precision a division rounds unlike the product by its inverse, so it stays a division)",
         (
             Variant(
-                Div(_scores(ZERO, "c", 1.0), Full(shape="(vec-empty)", value="cd", dtype="ds")),
-                _scores(ZERO),
+                Div(_scores(ZERO, "c", 1.0, 0.0), Full(shape="(vec-empty)", value="cd", dtype="ds")),
+                _scores(ZERO, softcap=0.0),
             ),
         ),
         _example,
+    ),
+    Rule(
+        "scores-softcap",
+        "t · tanh(s / t) of the scaled product without a cap or bias is the product capped at t (Gemma 2's "
+        "logit soft-capping), computed as written",
+        (
+            Variant(
+                Scale(Tanh(Div(_scores(ZERO, softcap=0.0), _CAP)), scale="t"),
+                _scores(ZERO, softcap="t"),
+                (differ("t", 0.0),),
+            ),
+        ),
+        _example,
+    ),
+    Rule(
+        "scores-softcap-by-inverse",
+        "t · tanh(s · r), r = 1 / t, of the scaled product without a cap or bias is the product capped at "
+        "t (what a division by a power of two becomes; else r rounds, and so does the cap)",
+        (
+            Variant(
+                Scale(Tanh(Scale(_scores(ZERO, softcap=0.0), scale="r")), scale="t"),
+                _scores(ZERO, softcap="t"),
+                (differ("t", 0.0), equal("r", "(/ 1.0 t)")),
+            ),
+        ),
+        lambda rng: (lambda ex: {**ex, "r": 1.0 / ex["t"]})(_example(rng)),
+        exact=False,
     ),
     Rule(
         "scores-bias",

@@ -230,27 +230,32 @@ def _distributed() -> tuple[Variant, ...]:
 
 
 def _vector_outermost() -> tuple[Variant, ...]:
-    """(g * y) * z, in any order of each product, g a vector along the last axis (plain or reshaped
-    to broadcast) and z of the result's shape (so y * z is too): (y * z) * g."""
+    """(g * r) * z, in either order of each product, r a root ``rsqrt(u)`` (reshaped to broadcast or
+    not), g a vector along the last axis (plain or reshaped) and z of the result's shape (so r * z is
+    too): (r * z) * g."""
     n = f"(vec-get {shape_of('z')} (- (vec-length {shape_of('z')}) 1))"
     out = []
-    for g in _vectors("g"):
-        for inner in (Mul(g, "y"), Mul("y", g)):
-            for lhs in (Mul(inner, "z"), Mul("z", inner)):
-                guards = (
-                    equal(shape_of("g"), vec([n])),
-                    equal(shape_of(lhs), shape_of("z")),  # then y * z has lhs's shape too
-                    wide_float(dtype_of("z")),
-                )
-                out.append(Variant(lhs, Mul(Mul("y", "z"), "g"), guards))
+    for root in (Rsqrt("u"), Reshape(Rsqrt("u"), shape="sr")):
+        for g in _vectors("g"):
+            for inner in (Mul(g, root), Mul(root, g)):
+                for lhs in (Mul(inner, "z"), Mul("z", inner)):
+                    guards = (
+                        equal(shape_of("g"), vec([n])),
+                        equal(shape_of(lhs), shape_of("z")),  # then r * z has lhs's shape too
+                        wide_float(dtype_of("z")),
+                    )
+                    out.append(Variant(lhs, Mul(Mul(root, "z"), "g"), guards))
     return tuple(out)
 
 
 def _outermost_example(rng: Any) -> dict[str, Any]:
-    """z of rank 2-4, y its shape with the last axis 1 (a per-row statistic), g along the last axis."""
+    """z of rank 2-4, u a positive per-row statistic (with the last axis, or without it and ``sr``
+    its shape with the axis 1), g along the last axis."""
     ex = _norm_example(rng)
     shape = ex["x"].shape
-    return {**ex, "z": ex["x"], "y": TensorType((*shape[:-1], 1), F32)}
+    rows = (*shape[:-1], 1)
+    u = TensorType(rows if rng.integers(2) else shape[:-1], F32)
+    return {**ex, "z": ex["x"], "u": u, "sr": rows}
 
 
 def _scaled_weights(ty: int) -> str:
@@ -384,8 +389,9 @@ RULES = [
     ),
     Rule(
         "vector-factor-outermost",
-        "(g * y) * z, g a vector along the last axis, is (y * z) * g: a norm's scale applied first "
-        "(haiku's scale * rsqrt(var + eps) * (x - mean)) moves after the core it scales (1 rounding)",
+        "(g * rsqrt(u)) * z, g a vector along the last axis, is (rsqrt(u) * z) * g: a norm's scale applied "
+        "to its root first (haiku's scale * rsqrt(var + eps) * (x - mean)) moves after the core it scales "
+        "(1 rounding; the core, a normalized value, stays in range)",
         _vector_outermost(),
         _outermost_example,
         exact=False,

@@ -28,6 +28,7 @@ from .terms import (
     Conv2dBiasAct,
     Expand,
     Full,
+    MaskedSoftmax,
     Pool2d,
     Reshape,
     Select,
@@ -75,6 +76,26 @@ def _through_binary(op: str) -> Rule:
         Transpose(make("x", "y"), perm="p"),
         equal(shape_of("x"), shape_of("y")),
         example=example,
+    )
+
+
+def _scalar_through_binary(op: str) -> Rule:
+    make = constructor(op)
+    scalar = Full(shape="(vec-empty)", value="c", dtype="d")
+
+    def example(rng: Any) -> dict[str, Any]:
+        ex = _rank_example(rng, "p", dtype=example_dtype(op))
+        return {**ex, "c": 2.0, "d": ex["x"].dtype}
+
+    operands = ((Transpose("x", perm="p"), scalar), (scalar, Transpose("x", perm="p")))
+    return Rule(
+        f"transpose-out-of-{op}-with-a-scalar",
+        f"{op} of a transposed tensor and a scalar (either order) is the transpose of {op} of the two",
+        tuple(
+            Variant(make(*pair), Transpose(make(*(o if o == scalar else "x" for o in pair)), perm="p"))
+            for pair in operands
+        ),
+        example,
     )
 
 
@@ -157,6 +178,34 @@ def _into_softmax(r: int) -> Variant:
         Softmax(Transpose("x", perm="p"), axis=r - 1, shifted="sh"),
         (equal("(vec-length p)", r), equal(f"(vec-get p {r - 1})", "a"), f"(< a {r - 1})"),
     )
+
+
+def _into_masked_softmax(r: int) -> Variant:
+    """``transpose(masked_softmax(x, m, a), p)`` with ``p[r - 1] = a`` and a mask of x's rank is the
+    masked softmax over the last axis of x and m transposed (as ``_into_softmax``, one direction)."""
+    attrs = {"fill": "f", "zero_masked": "zm", "dtype": "d", "shifted": "sh"}
+    return Variant(
+        Transpose(MaskedSoftmax("x", "m", axis="a", **attrs), perm="p"),
+        MaskedSoftmax(Transpose("x", perm="p"), Transpose("m", perm="p"), axis=r - 1, **attrs),
+        (
+            equal("(vec-length p)", r),
+            equal(f"(vec-get p {r - 1})", "a"),
+            equal(f"(vec-length {shape_of('m')})", r),
+        ),
+    )
+
+
+def _masked_softmax_last_example(rng: Any) -> dict[str, Any]:
+    """``_softmax_last_example`` with a mask of x's rank (some axes broadcast) and the masked
+    softmax's attributes; the axis may already be last."""
+    ex = _softmax_last_example(rng)
+    r = len(ex["x"].shape)
+    a = int(rng.integers(r))
+    rest = [i for i in rng.permutation(r) if i != a]
+    mask = tuple(d if rng.random() < 0.7 else 1 for d in ex["x"].shape)
+    fill = float(rng.choice([-1e9, float("-inf")]))
+    attrs = {"f": fill, "zm": int(rng.integers(2)), "d": "float32"}
+    return {**ex, "a": a, "p": tuple(int(i) for i in (*rest, a)), "m": TensorType(mask, "bool"), **attrs}
 
 
 def _softmax_last_example(rng: Any) -> dict[str, Any]:
@@ -270,6 +319,7 @@ RULES = [
     ),
     *(_through_unary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 1),
     *(_through_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
+    *(_scalar_through_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
     Rule(
         "transpose-into-reduction",
         "a transposed reduction is the reduction of the transposed input (its reduced axis last)",
@@ -292,6 +342,13 @@ RULES = [
         "of the transposed input",
         tuple(_into_softmax(r) for r in range(2, MAX_RANK + 1)),
         _softmax_last_example,
+    ),
+    Rule(
+        "transpose-into-masked-softmax",
+        "a masked softmax transposed to put its axis last (or keep it there) is the masked softmax over "
+        "the last axis of the transposed scores and mask: attention with its heads after the query axis",
+        tuple(_into_masked_softmax(r) for r in range(2, MAX_RANK + 1)),
+        _masked_softmax_last_example,
     ),
     Rule(
         "transpose-through-select",

@@ -39,9 +39,12 @@ def _call(
     scores="float32",
     softmax="float32",
     shifted=True,
+    softcap=0.0,
 ) -> kernels.Call:
     k = k or q
-    return kernels.Call(q, k, v or k, dtype, bias, masked, causal, fill, scale, scores, softmax, shifted)
+    return kernels.Call(
+        q, k, v or k, dtype, bias, masked, causal, fill, scale, scores, softmax, shifted, softcap
+    )
 
 
 def test_every_call_goes_to_a_kernel_or_says_why_not():
@@ -59,23 +62,11 @@ def test_every_call_goes_to_a_kernel_or_says_why_not():
     roundings = (("float32", "float32"), ("bfloat16", "float32"), ("float64", "float64"))
     product = itertools.product(
         shapes, dtypes, roundings, (None, "same", "float32"), (False, True), (False, True),
-        (-math.inf, -1e9, -1.0), (0.125, 0.3), (True, False),
+        (-math.inf, -1e9, -1.0), (0.125, 0.3), (True, False), (0.0, 30.0),
     )  # fmt: skip
-    for (q, k, v), dtype, (scores, softmax), bias, masked, causal, fill, scale, shifted in product:
-        call = _call(
-            q,
-            k,
-            v,
-            dtype,
-            dtype if bias == "same" else bias,
-            masked,
-            causal,
-            fill,
-            scale,
-            scores,
-            softmax,
-            shifted,
-        )
+    for (q, k, v), dtype, (scores, softmax), bias, masked, causal, fill, scale, shifted, cap in product:
+        bias = dtype if bias == "same" else bias
+        call = _call(q, k, v, dtype, bias, masked, causal, fill, scale, scores, softmax, shifted, cap)
         for on in reached:
             r = kernels.route(call, on)
             names = {kernel.name for kernel in kernels.KERNELS.get(on, ())}
@@ -95,6 +86,7 @@ def test_every_call_goes_to_a_kernel_or_says_why_not():
         (_call(shifted=False), "an unshifted softmax"),
         (_call(q=(1, 2, 100, 64)), "lengths 100 and 100"),
         (_call(bias="float32"), "a bias (the kernel takes none)"),
+        (_call(dtype="bfloat16", softcap=50.0), "scores soft-capped at 50"),
     ],
 )
 def test_refusals_name_the_reason(call, refused):

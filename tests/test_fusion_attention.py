@@ -327,18 +327,24 @@ GRADIENT_CASES = {
     "mask-finite-fill": dict(q=(2, 2, 700, 8), mask=(2, 1, 700, 700), fill=-1e9),
     "mask-causal": dict(q=(1, 2, 1300, 8), mask=(1, 1, 1300, 1300), causal=1),
     "gqa": dict(q=(1, 2, 3, 700, 16), kv=(1, 2, 1, 700, 16), causal=1),
+    "softcap-causal": dict(q=(1, 2, 1300, 16), causal=1, softcap=1.0),
+    "softcap-bias-mask": dict(
+        q=(2, 2, 700, 8), bias=(2, 1, 1, 700), mask=(2, 1, 700, 700), fill=-1e9, softcap=2.0
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(GRADIENT_CASES))
 def test_flash_gradients_match_naive(case, flash_path):
     """The blocked backward pass (custom VJP) against autodiff through naive attention: gradients of
-    q, k, v and the bias, causal blocks skipped, masked scores constant, GQA heads summed."""
+    q, k, v and the bias, causal blocks skipped, masked scores constant, GQA heads summed, through a
+    soft-cap."""
     spec = GRADIENT_CASES[case]
     q, _, _ = _qkv(spec["q"])
     _, k, v = _qkv(spec.get("kv", spec["q"]))
     bias = jnp.asarray(RNG.normal(size=spec["bias"]), jnp.float32) if "bias" in spec else NO_BIAS
     masking = {"fill": spec.get("fill", -np.inf), "causal": spec.get("causal", 0), **F32_SOFTMAX}
+    masking["softcap"] = spec.get("softcap", 0.0)
     mask = KEEP_ALL
     if "mask" in spec:  # the diagonal kept with a -inf fill (an empty row is NaN), row 3 emptied else
         keep = RNG.random(spec["mask"]) < 0.8

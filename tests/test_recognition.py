@@ -77,7 +77,11 @@ def test_attention_idiom_is_one_op_and_matches_jax(fn, batch, dtype):
 @pytest.mark.parametrize("fn", [zeroed_after_softmax, unshifted_softmax, normalized_after_product])
 def test_attention_idiom_gradients_match_jax(fn):
     q, k, v, mask = _qkv_mask(2, "float32")
-    mask = mask | jnp.eye(mask.shape[-1], dtype=bool)  # autodiff of the program is NaN in an empty row
+    _gradients_match(fn, q, k, v, mask | jnp.eye(mask.shape[-1], dtype=bool))  # an empty row's is NaN
+
+
+def _gradients_match(fn: Any, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> None:
+    """The loss and its gradients through eqsat.jit(fn) are jax.jit's."""
 
     def loss(q, k, v):
         return jnp.mean(jnp.square(fn(q, k, v, mask)))
@@ -86,6 +90,40 @@ def test_attention_idiom_gradients_match_jax(fn):
     want = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(q, k, v)
     for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-6)
+
+
+def gemma_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, softcap: float | None = None
+) -> jax.Array:
+    """Gemma's attention as its flax code writes it: (B, T, N, H) in and out, the logits laid out
+    (B, T, N, S), heads after the query axis, soft-capped (Gemma 2: ``tanh(logits / cap) * cap``),
+    the mask (B, T, S) broadcast over the heads."""
+    logits = jnp.einsum("BTNH,BSNH->BTNS", q * q.shape[-1] ** -0.5, k)
+    if softcap is not None:
+        logits = jnp.tanh(logits / softcap) * softcap
+    logits = jnp.where(jnp.expand_dims(mask, -2), logits, -2.3819763e38)
+    probs = jax.nn.softmax(logits, axis=-1).astype(k.dtype)
+    return jnp.einsum("BTNS,BSNH->BTNH", probs, v)
+
+
+def _heads_after_queries(batch: int, dtype: str) -> tuple[jax.Array, ...]:
+    q, k, v, mask = _qkv_mask(batch, dtype)
+    return (*(jnp.swapaxes(t, 1, 2) for t in (q, k, v)), mask[:, 0] | jnp.eye(mask.shape[-1], dtype=bool))
+
+
+@pytest.mark.parametrize("softcap", [None, 0.5])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_attention_with_heads_after_queries_is_one_op(batch, dtype, softcap):
+    fn = functools.partial(gemma_attention, softcap=softcap)
+    (op,) = _attention(_matches_jax(fn, _heads_after_queries(batch, dtype), dtype))
+    assert op.attrs["fill"] < -1e38
+    assert op.attrs["softcap"] == (softcap or 0.0)
+
+
+@pytest.mark.parametrize("softcap", [None, 0.5])
+def test_attention_with_heads_after_queries_gradients_match_jax(softcap):
+    _gradients_match(functools.partial(gemma_attention, softcap=softcap), *_heads_after_queries(2, "float32"))
 
 
 def test_keras_masked_softmax_layer_is_one_zeroed_masked_softmax():

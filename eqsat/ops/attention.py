@@ -50,9 +50,10 @@ from .reduce import softmax
 
 @dataclass(frozen=True)
 class Attention(ShapeRule):
-    """``softmax(where(mask, q kᵀ·scale + bias, fill)) v``: q (..., Sq, D), k (..., Sk, D),
-    v (..., Sk, Dv) -> (..., Sq, Dv); k's and v's batch dims broadcast to q's (grouped-query attention:
-    one kv head for a group of query heads), bias and mask broadcast to the scores (..., Sq, Sk)."""
+    """``softmax(where(mask, q kᵀ·scale + bias, fill)) v``, the scores soft-capped or not: q (..., Sq, D),
+    k (..., Sk, D), v (..., Sk, Dv) -> (..., Sq, Dv); k's and v's batch dims broadcast to q's
+    (grouped-query attention: one kv head for a group of query heads), bias and mask broadcast to the
+    scores (..., Sq, Sk)."""
 
     def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
         q, k, v, bias, mask = shapes
@@ -105,6 +106,9 @@ class Scores(ShapeRule):
         return Broadcast().prelude(ruleset)
 
 
+SOFTCAP = Attr("softcap", "float", 0.0)
+
+
 def _scores_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
     if types[0].dtype not in FLOAT_DTYPES:
         return f"needs floating-point q and k, got {types[0].dtype}"
@@ -113,14 +117,19 @@ def _scores_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
     return None
 
 
-def _scores(q: Array, k: Array, bias: Array, *, scale: float, divisor: float, dtype: str) -> Array:
-    """As written: q kᵀ accumulated in ``dtype``, times the scale, divided by the divisor (both in
-    ``dtype``), plus the bias."""
+def _scores(
+    q: Array, k: Array, bias: Array, *, scale: float, divisor: float, dtype: str, softcap: float = 0.0
+) -> Array:
+    """As written: q kᵀ accumulated in ``dtype``, times the scale, divided by the divisor, soft-capped
+    (all in ``dtype``), plus the bias."""
     s = matmul(q, k, transpose_x=0, transpose_y=1, dtype=dtype)
     if scale != 1:
         s = s * jnp.asarray(scale, s.dtype)
     if divisor != 1:
         s = s / jnp.asarray(divisor, s.dtype)
+    if softcap:
+        cap = jnp.asarray(softcap, s.dtype)
+        s = jnp.tanh(s / cap) * cap
     return s if _known(bias, 0) else s + bias
 
 
@@ -138,6 +147,8 @@ def _scores_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> l
     for factor in ("scale", "divisor"):
         if attrs[factor] != 1:
             kernels.append(Kernel(float(out.size), 2.0 * out.nbytes))
+    if attrs.get("softcap"):
+        kernels.append(Kernel(3.0 * out.size, 2.0 * out.nbytes))
     if bias.size > 1:
         kernels.append(Kernel(float(out.size), 2.0 * out.nbytes + bias.nbytes))
     return kernels
@@ -146,10 +157,11 @@ def _scores_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> l
 SCORES = OpDef(
     "scores",
     3,
-    "q kᵀ·scale / divisor + bias (q, k, bias), the scaled product attention's softmax takes: q kᵀ "
-    "accumulated in and returned as dtype, scaled, divided and biased in dtype (as matmul, scale, div "
-    "and add compute it: a division by a constant rounds unlike the product by its inverse)",
-    (Attr("scale", "float", 1.0), Attr("divisor", "float", 1.0), RESULT_DTYPE),
+    "q kᵀ·scale / divisor, soft-capped, + bias (q, k, bias), the scaled product attention's softmax "
+    "takes: q kᵀ accumulated in and returned as dtype, scaled, divided, capped (softcap · tanh(s / "
+    "softcap) unless softcap is 0) and biased in dtype (as matmul, scale, div, tanh and add compute "
+    "it: a division by a constant rounds unlike the product by its inverse)",
+    (Attr("scale", "float", 1.0), Attr("divisor", "float", 1.0), RESULT_DTYPE, SOFTCAP),
     Scores(),
     "dtype",
     lambda ins, out, attrs: 2.0 * out.size * ins[0].shape[-1] + 2.0 * out.size,
@@ -163,7 +175,8 @@ SCORES = OpDef(
 def _attention_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
     q, k, v = ins[0].shape, ins[1].shape, ins[2].shape
     scores = prod(q[:-1]) * k[-2]
-    return 2.0 * scores * q[-1] + 2.0 * scores * v[-1] + 5.0 * scores
+    capped = 3.0 * scores if attrs.get("softcap") else 0.0
+    return 2.0 * scores * q[-1] + 2.0 * scores * v[-1] + 5.0 * scores + capped
 
 
 def _attention_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
@@ -235,6 +248,7 @@ def naive_attention(
     zero_masked: int = 0,
     divisor: float = 1.0,
     shifted: int = 1,
+    softcap: float = 0.0,
 ) -> Array:
     """The program as written: scores, softmax (shifted or not) and probabilities rounded where it
     rounds them."""
@@ -250,6 +264,7 @@ def naive_attention(
         scale,
         *precision,
         divisor=divisor,
+        softcap=softcap,
     )
     scores, keep = masking.scores(q, k, 0, 0, b, m)
     probabilities = softmax(scores, axis=-1, shifted=shifted)
@@ -284,11 +299,12 @@ def kernel_call(
     scores_dtype: str,
     softmax_dtype: str,
     shifted: int,
+    softcap: float = 0.0,
 ) -> kernels.Call:
     """What a backend's kernel needs to know of a ``flash_attention`` call (``bias`` and ``mask`` None
     where they are known to do nothing; ``scale`` with the divisor folded in)."""
     bias_dtype = None if bias is None else str(bias.dtype)
-    precision = (scores_dtype, softmax_dtype, bool(shifted))
+    precision = (scores_dtype, softmax_dtype, bool(shifted), softcap)
     return kernels.Call(
         q.shape,
         k.shape,
@@ -318,6 +334,7 @@ def flash_attention(
     zero_masked: int = 0,
     divisor: float = 1.0,
     shifted: int = 1,
+    softcap: float = 0.0,
 ) -> Array:
     # nothing to stream, or an unshifted softmax (streaming needs the running max): as written
     if not (q.size and k.size and v.size and shifted):
@@ -335,11 +352,13 @@ def flash_attention(
             zero_masked=zero_masked,
             divisor=divisor,
             shifted=shifted,
+            softcap=softcap,
         )
     b, m = _optional(bias, mask)
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
-    call = kernel_call(q, k, v, b, m, scale / divisor, fill, causal, scores_dtype, softmax_dtype, shifted)
+    precision = (scores_dtype, softmax_dtype, shifted)
+    call = kernel_call(q, k, v, b, m, scale / divisor, fill, causal, *precision, softcap)
     fused = kernels.run(call, q, k, v, b)
     if fused is not None:  # the backend's own kernel takes it
         return fused
@@ -368,6 +387,7 @@ def flash_attention(
         softmax_dtype,
         bool(zero_masked),
         divisor,
+        softcap,
     )
     out = blocked_attention(Blocks(masking, bq, bk, nq, nk), q, k, v, b, m)
     return out[..., :sq, :].astype(out_dtype)
@@ -388,6 +408,7 @@ def _attention(name: str, doc: str, phases: PhasesFn, lower: object) -> OpDef:
             Attr("scores_dtype", "str", ACCUMULATE),
             Attr("softmax_dtype", "str", ACCUMULATE),
             SHIFTED,
+            SOFTCAP,
         ),
         Attention(),
         flops=_attention_flops,
@@ -401,11 +422,12 @@ def _attention(name: str, doc: str, phases: PhasesFn, lower: object) -> OpDef:
 ATTENTION = [
     _attention(
         "attention",
-        "softmax(where(mask, q kᵀ·scale / divisor + bias, fill)) v (q, k, v, bias, mask); causal: the "
+        "softmax(where(mask, cap(q kᵀ·scale / divisor) + bias, fill)) v (q, k, v, bias, mask), cap(s) = "
+        "softcap · tanh(s / softcap) where softcap is not 0 (Gemma 2's logit soft-capping); causal: the "
         "mask also keeps only keys j <= query i; zero_masked: the probabilities of masked keys are 0 "
         "(where(mask, softmax(...), 0): a fully masked row gives 0). Rounded where the program rounds: "
-        "q kᵀ, its scaling, the bias and the fill in scores_dtype; the softmax in softmax_dtype; the "
-        "probabilities in q's dtype, their product with v accumulated in float32 or wider and "
+        "q kᵀ, its scaling, the cap, the bias and the fill in scores_dtype; the softmax in softmax_dtype; "
+        "the probabilities in q's dtype, their product with v accumulated in float32 or wider and "
         "returned in q's dtype (both dtypes default to q's, at least float32); scores materialized",
         _attention_phases,
         naive_attention,

@@ -59,6 +59,7 @@ class Call:
     scores_dtype: str
     softmax_dtype: str
     shifted: bool
+    softcap: float = 0.0
 
     @property
     def heads(self) -> int:
@@ -87,6 +88,8 @@ def _common(call: Call, dtypes: Sequence[str]) -> str | None:
         return f"scores in {call.scores_dtype}, softmax in {call.softmax_dtype} (the kernel's are float32)"
     if not call.shifted:
         return "an unshifted softmax (the kernel subtracts the running max)"
+    if call.softcap:
+        return f"scores soft-capped at {call.softcap:g} (the kernel caps none)"
     if call.masked:
         return "a boolean mask (the kernel masks only causally)"
     if call.causal and not (call.fill == -math.inf or call.fill <= FILL_BOUND):

@@ -67,9 +67,10 @@ def flash_key_blocks(i: int, bq: int, bk: int, nk: int, causal: bool) -> int:
 @dataclass(frozen=True)
 class Masking:
     """How one attention call turns q kᵀ into the scores its softmax takes: q kᵀ rounded to
-    ``scores_dtype``, times ``scale``, divided by ``divisor``, the bias added, then ``where(mask and
-    causal, scores, fill)`` (all in ``scores_dtype``), keys from ``valid`` on (padding) at -inf, and the
-    result cast to ``softmax_dtype``; with ``zero_masked`` the probabilities of masked keys are 0."""
+    ``scores_dtype``, times ``scale``, divided by ``divisor``, soft-capped (``softcap · tanh(s /
+    softcap)``, unless ``softcap`` is 0), the bias added, then ``where(mask and causal, scores, fill)``
+    (all in ``scores_dtype``), keys from ``valid`` on (padding) at -inf, and the result cast to
+    ``softmax_dtype``; with ``zero_masked`` the probabilities of masked keys are 0."""
 
     has_bias: bool
     has_mask: bool
@@ -82,6 +83,7 @@ class Masking:
     softmax_dtype: str = "float32"
     zero_masked: bool = False
     divisor: float = 1.0
+    softcap: float = 0.0
 
     def visible(self, p: Array, keep: Opt) -> Array:
         """The probabilities that multiply v: with ``zero_masked``, those of masked keys are 0."""
@@ -97,12 +99,25 @@ class Masking:
         self, q: Array, k: Array, row0: Array | int, col0: Array | int, bias: Opt, mask: Opt
     ) -> tuple[Array, Opt]:
         """The block's scores in the softmax's dtype, and where they depend on q kᵀ (None: everywhere)."""
+        s, keep, _ = self.scores_and_slope(q, k, row0, col0, bias, mask)
+        return s, keep
+
+    def scores_and_slope(
+        self, q: Array, k: Array, row0: Array | int, col0: Array | int, bias: Opt, mask: Opt
+    ) -> tuple[Array, Opt, Opt]:
+        """``scores``, and the soft-cap's derivative ``1 - tanh²`` at each score (None without a cap):
+        the backward pass's chain rule through the cap."""
         dtype = jnp.dtype(self.scores_dtype)
         s = product("...qd,...kd->...qk", q, k, k.dtype, dtype).astype(dtype)
         if self.scale != 1:
             s = s * jnp.asarray(self.scale, dtype)
         if self.divisor != 1:
             s = s / jnp.asarray(self.divisor, dtype)
+        slope = None
+        if self.softcap:
+            cap = jnp.asarray(self.softcap, dtype)
+            t = jnp.tanh(s / cap)
+            s, slope = t * cap, 1 - jnp.square(t.astype(self.stats_dtype))
         if bias is not None:
             s = s + bias.astype(dtype)
         rows = row0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 0)
@@ -115,7 +130,7 @@ class Masking:
         if self.padded:
             s = jnp.where(cols < self.valid, s, -jnp.inf)
             keep = None if keep is None else keep & (cols < self.valid)  # padding keys are never kept
-        return s.astype(self.softmax_dtype), keep
+        return s.astype(self.softmax_dtype), keep, slope
 
     @property
     def rounded_fill(self) -> float:
@@ -210,13 +225,15 @@ def _unbroadcast(x: Array, shape: tuple[int, ...]) -> Array:
 
 def _key_block(
     b: Blocks, j: Array | int, q: Array, k: Array, v: Array, row0: Array | int, bias: Opt, mask: Opt
-) -> tuple[Array, Array, Opt]:
-    """(scores, values, where the scores depend on q kᵀ) of key block ``j`` for the query rows from
-    ``row0`` (bias and mask already cut to those rows)."""
+) -> tuple[Array, Array, Opt, Opt]:
+    """(scores, values, where the scores depend on q kᵀ, the soft-cap's derivative) of key block ``j``
+    for the query rows from ``row0`` (bias and mask already cut to those rows)."""
     k_blk, v_blk = (block(t, j * b.bk, b.bk, -2) for t in (k, v))
     cols = j * b.bk
-    s, keep = b.masking.scores(q, k_blk, row0, cols, block(bias, cols, b.bk, -1), block(mask, cols, b.bk, -1))
-    return s.astype(b.masking.stats_dtype), v_blk, keep
+    s, keep, slope = b.masking.scores_and_slope(
+        q, k_blk, row0, cols, block(bias, cols, b.bk, -1), block(mask, cols, b.bk, -1)
+    )
+    return s.astype(b.masking.stats_dtype), v_blk, keep, slope
 
 
 def _exp(s: Array, m: Array, finite: bool) -> Array:
@@ -231,7 +248,7 @@ def _query_block(
     ``steps`` key blocks: one pass when all keys form one block, else streamed with the stats form.
     With ``zero_masked``, masked keys add to the sum but not to the product with v, and rows that
     keep no key give 0."""
-    s, v_blk, keep = _key_block(b, 0, q, k, v, row0, bias, mask)
+    s, v_blk, keep, _ = _key_block(b, 0, q, k, v, row0, bias, mask)
     none_seen = jnp.zeros((*s.shape[:-1], 1), bool)
     m = jnp.max(s, axis=-1, keepdims=True)
     if b.nk == 1:  # the block's scores fit in cache: an exact softmax, normalized after the product
@@ -243,7 +260,7 @@ def _query_block(
 
     def step(j: Array, carry: tuple[Array, Array, Array, Array]) -> tuple[Array, Array, Array, Array]:
         m, total, acc, seen = carry
-        s, v_blk, keep = _key_block(b, j, q, k, v, row0, bias, mask)
+        s, v_blk, keep, _ = _key_block(b, j, q, k, v, row0, bias, mask)
         m_new = jnp.maximum(m, jnp.max(s, axis=-1, keepdims=True))
         p = _exp(s, m_new, finite)
         rescale = _exp(m, m_new, finite)
@@ -317,14 +334,15 @@ def _backward_block(
     rows, cols = i * b.bq, j * b.bk
     qt, gt, m_t, total_t, delta_t = (block(t, rows, b.bq, -2) for t in (q, g, m, total, delta))
     bt, mt = block(bias, rows, b.bq, -2), block(mask, rows, b.bq, -2)
-    s, v_blk, keep = _key_block(b, j, qt, k, v, rows, bt, mt)
+    s, v_blk, keep, slope = _key_block(b, j, qt, k, v, rows, bt, mt)
     p = _exp(s, m_t, b.masking.finite) / total_t
     ds = p * (product("...qd,...kd->...qk", gt, v_blk, v.dtype) - delta_t)
     if keep is not None:  # a masked score is the fill, a constant (a fully masked row's NaN stays out)
         ds = jnp.where(keep, ds, 0.0)
     dv = dv + _unbroadcast(product(KV, b.masking.visible(p, keep), gt, v.dtype), dv.shape)
-    dk = dk + _unbroadcast(product(KV, ds, qt, q.dtype), dk.shape)
-    dq = _add_block(dq, product(PV, ds, block(k, cols, b.bk, -2), k.dtype), {-2: rows})
+    ds_product = ds if slope is None else ds * slope  # the cap's chain rule: d(c·tanh(x / c)) = 1 - tanh²
+    dk = dk + _unbroadcast(product(KV, ds_product, qt, q.dtype), dk.shape)
+    dq = _add_block(dq, product(PV, ds_product, block(k, cols, b.bk, -2), k.dtype), {-2: rows})
     if dbias is not None:  # the bias's block: 1 along the axes it broadcasts
         target = (*dbias.shape[:-2], min(dbias.shape[-2], b.bq), min(dbias.shape[-1], b.bk))
         dbias = _add_block(dbias, _unbroadcast(ds, target), {-2: rows, -1: cols})
