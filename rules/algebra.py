@@ -22,6 +22,7 @@ from .terms import (
     Full,
     Matmul,
     Mul,
+    Pow,
     Scale,
     Transpose,
     dtype_of,
@@ -158,6 +159,7 @@ def _product_example(rng: Any) -> dict[str, Any]:
 PRODUCTS_IN_RANGE = "the products of its inputs in either grouping stay in range"
 
 _ONE = Full(shape="(vec-empty)", value=1.0, dtype="d")  # a scalar one of x's dtype
+_TWO = Full(shape="(vec-empty)", value=2.0, dtype="d")
 
 RULES = [
     Rule(
@@ -227,6 +229,13 @@ RULES = [
             Variant(Mul("x", _ONE), "x", (equal("d", dtype_of("x")),)),
             Variant(Mul(_ONE, "x"), "x", (equal("d", dtype_of("x")),)),
         ),
+        _scaled,
+    ),
+    Rule(
+        "pow-two-is-square",
+        "x ** 2 is x * x (the one rounding of x², as a correctly rounded power gives it; Keras' "
+        "ops.power(x, 2) in Llama's RMS norm)",
+        (Variant(Pow("x", _TWO), Mul("x", "x"), (equal("d", dtype_of("x")),)),),
         _scaled,
     ),
     Rule(

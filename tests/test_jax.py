@@ -198,6 +198,22 @@ def test_division_by_a_power_of_two_is_an_exact_scale_unless_its_inverse_is_subn
     assert "div" in next(iter(tiny.results.values())).program.op_counts()
 
 
+@pytest.mark.parametrize("exponent", [2, 3, -2, 7])
+def test_a_power_with_an_integer_exponent_is_read_as_jax_computes_it(exponent):
+    """``lax.pow(x, int)`` (Keras' ``ops.power(x, 2)``): a constant of 1..4 as integer_pow's products,
+    another as ``pow`` with the exponent cast; values and gradients are jax.jit's, bit for bit."""
+    x = jnp.asarray(np.random.default_rng(3).uniform(0.5, 2.0, size=(3, 4)), jnp.float32)
+
+    def f(x):
+        return jnp.sum(jax.lax.pow(x, jnp.int32(exponent)))
+
+    program = eqsat.from_jax(f, x)
+    assert "opaque" not in program.op_counts()
+    assert ("pow" in program.op_counts()) == (abs(exponent) > 4)
+    for fn in (f, jax.grad(f)):
+        np.testing.assert_array_equal(eqsat.jit(fn)(x), jax.jit(fn)(x))
+
+
 def test_scalar_constants_fold_at_trace_time():
     fn = eqsat.jit(lambda x: x / jnp.sqrt(16.0).astype(x.dtype))
     x = jnp.asarray([2.0, 8.0], jnp.bfloat16)

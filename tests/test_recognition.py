@@ -265,6 +265,13 @@ def _norms(dtype: str) -> dict[str, Any]:
         normed = xf * keras.ops.reciprocal(keras.ops.sqrt(var + 1e-6))
         return keras.ops.cast(normed * (1 + keras.ops.cast(scale, "float32")), x.dtype)
 
+    def keras_llama(
+        x: jax.Array,
+    ) -> jax.Array:  # keras_hub's Llama RMS norm: ops.power(x, 2), an int exponent
+        xf = keras.ops.cast(x, "float32")
+        var = keras.ops.mean(keras.ops.power(xf, 2), axis=-1, keepdims=True)
+        return keras.ops.cast(xf * keras.ops.rsqrt(var + 1e-6), x.dtype) * scale
+
     def llama(x: jax.Array) -> jax.Array:  # the reference RMSNorm: statistics in float32
         xf = x.astype(jnp.float32)
         return (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6)).astype(x.dtype) * scale
@@ -279,6 +286,7 @@ def _norms(dtype: str) -> dict[str, Any]:
         "llama-rms": ("rms_norm", llama),
         "haiku-layer": ("layer_norm", lambda x: haiku_layer.apply(haiku_params, x)),
         "gemma-rms": ("rms_norm", gemma),
+        "keras-llama-rms": ("rms_norm", keras_llama),
     }
 
 
@@ -295,6 +303,7 @@ def _norms(dtype: str) -> dict[str, Any]:
         "llama-rms",
         "haiku-layer",
         "gemma-rms",
+        "keras-llama-rms",
     ],
 )
 def test_normalization_is_one_canonical_op(name, dtype):

@@ -357,6 +357,19 @@ def _integer_pow(t: _Tracer, ins: list[Value], *, y: int, **_: Any) -> list[Valu
     return [acc]
 
 
+def _pow(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
+    """x ** y: a constant integer y of 1..4 (Keras' ``ops.power(x, 2)``) as ``integer_pow``, which
+    rounds (XLA simplifies a power by a small integer to products) and differentiates as it does;
+    otherwise ``pow``, an integer exponent cast to x's dtype as XLA converts it."""
+    x, y = ins
+    value = t.fulls.get(id(y))
+    if y.type.dtype not in FLOAT_DTYPES:
+        if value is not None and value == int(value) and 1 <= abs(int(value)) <= 4:
+            return _integer_pow(t, [x], y=int(value))
+        y = t.op("cast", y, dtype=x.type.dtype)
+    return [t.op("pow", x, y)]
+
+
 def _square(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
     return [t.op("mul", ins[0], ins[0])]
 
@@ -553,6 +566,7 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
     "slice": _slice,
     "select_n": _select_n,
     "integer_pow": _integer_pow,
+    "pow": _pow,
     "square": _square,
     "div": _div,
     "iota": _iota,

@@ -240,9 +240,9 @@ ARITHMETIC = [
     ),
     _binary(
         "pow",
-        "x ** y (broadcasting; floating point)",
+        "x ** y (broadcasting; floating point; JAX's pow, whose exponent may be an integer, is read by "
+        "the JAX frontend's _pow)",
         jnp.power,
-        jax=("pow",),
         floats_only=True,
         expensive=True,
     ),
