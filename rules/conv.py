@@ -506,10 +506,11 @@ RULES = [
     ),
     Rule(
         "conv-activation-epilogue",
-        "relu/gelu of a conv with a bias (or of a reshape of it) runs in its epilogue: no memory round trip",
+        "relu/gelu (either form) of a conv with a bias (or of a reshape of it) runs in its epilogue: no "
+        "memory round trip",
         tuple(
             Variant(constructor(act)(view(_fused("none"))), view(_fused(act)))
-            for act in ("relu", "gelu")
+            for act in ("relu", "gelu", "gelu_erf")
             for view in (_itself, lambda t: Reshape(t, shape="s"))
         ),
         _flat_example,

@@ -18,12 +18,15 @@ from .base import MultiVariant, Proposal, Rule, Variant
 from .terms import (
     Add,
     Concat,
+    Erfc,
     Fma,
     Full,
     Gelu,
+    GeluErf,
     Linear,
     Matmul,
     Mul,
+    Neg,
     Relu,
     Scale,
     Split,
@@ -144,7 +147,18 @@ _GELU_TANH = tuple(
     for cube in (Mul("x", Mul("x", "x")), Mul(Mul("x", "x"), "x"))
 )
 
+# 0.5·x·erfc(-x·√½), as jax.nn.gelu(approximate=False) writes it out (scalar products as scales).
+_GELU_ERF = Mul(Scale("x", scale=0.5), Erfc(Scale(Neg("x"), scale="c")))
+
 RULES = [
+    Rule(
+        "gelu-erf-form",
+        "exact GELU written out as jax.nn.gelu traces it, 0.5·x·erfc(-x·√½), is the gelu_erf op (which "
+        "rounds √½ to x's dtype as jax.nn.gelu does)",
+        (Variant(_GELU_ERF, GeluErf("x"), _near("c", 0.7071067811865476, 1e-3)),),
+        lambda rng: {"x": TensorType((3, 5), F32), "c": 0.7071067690849304},
+        exact=False,
+    ),
     Rule(
         "gelu-tanh-form",
         "the tanh approximation of GELU written out (as jax.nn.gelu traces) is the gelu op",
@@ -168,13 +182,17 @@ RULES = [
     ),
     Rule(
         "linear-activation-epilogue",
-        "relu/gelu of a linear runs in its epilogue: no extra memory round trip",
+        "relu/gelu (either form) of a linear runs in its epilogue: no extra memory round trip",
         (
             Variant(
                 Relu(Linear("x", "w", "b", **_LINEAR)), Linear("x", "w", "b", **{**_LINEAR, "act": "relu"})
             ),
             Variant(
                 Gelu(Linear("x", "w", "b", **_LINEAR)), Linear("x", "w", "b", **{**_LINEAR, "act": "gelu"})
+            ),
+            Variant(
+                GeluErf(Linear("x", "w", "b", **_LINEAR)),
+                Linear("x", "w", "b", **{**_LINEAR, "act": "gelu_erf"}),
             ),
         ),
         _linear_example,

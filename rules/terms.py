@@ -137,6 +137,7 @@ LogicalAnd, LogicalOr, LogicalNot = (constructor(n) for n in ("logical_and", "lo
 Iota = constructor("iota")
 Exp, Log, Tanh, Sigmoid = (constructor(n) for n in ("exp", "log", "tanh", "sigmoid"))
 Relu, Gelu, Neg, Sqrt, Rsqrt = (constructor(n) for n in ("relu", "gelu", "neg", "sqrt", "rsqrt"))
+GeluErf, Erfc = constructor("gelu_erf"), constructor("erfc")
 Sin, Cos, IsFinite, Abs = (constructor(n) for n in ("sin", "cos", "is_finite", "abs"))
 StopGradient = constructor("stop_gradient")
 Scale, Cast = constructor("scale"), constructor("cast")

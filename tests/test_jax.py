@@ -82,13 +82,16 @@ def test_models_agree_with_jax_jit_and_print_canonical_ops(name):
     assert bool({"matmul", "linear"} & set(counts)) == (name != "layer_norm")
 
 
-def test_jax_nn_gelu_is_recognized_and_fused_into_the_linear_epilogue():
-    fast = eqsat.jit(lambda x, w, b: jax.nn.gelu(x @ w + b), verify=True)
+@pytest.mark.parametrize(("approximate", "act"), [(True, "gelu"), (False, "gelu_erf")])
+def test_jax_nn_gelu_is_recognized_and_fused_into_the_linear_epilogue(approximate, act):
+    """Either form: the tanh approximation, or the exact 0.5·x·erfc(-x·√½) (HF BERT's)."""
+    fast = eqsat.jit(lambda x, w, b: jax.nn.gelu(x @ w + b, approximate=approximate), verify=True)
     x, w, b = _normal(4, 8), _normal(8, 16), _normal(16)
-    np.testing.assert_allclose(fast(x, w, b), jax.nn.gelu(x @ w + b), rtol=1e-5, atol=1e-6)
+    want = jax.nn.gelu(x @ w + b, approximate=approximate)
+    np.testing.assert_allclose(fast(x, w, b), want, rtol=1e-5, atol=1e-6)
     (result,) = fast.results.values()
     (op,) = result.program.live_ops()
-    assert op.name == "linear" and op.attrs["act"] == "gelu"
+    assert op.name == "linear" and op.attrs["act"] == act
 
 
 def test_unknown_primitives_run_as_opaque():

@@ -97,8 +97,9 @@ def test_a_program_runs_and_matches_paddle_before_and_after_optimizing(name, for
     counts = result.program.op_counts()
     if name.startswith(("mha", "encoder")):
         assert counts["attention"] + counts.get("flash_attention", 0) == 1
-    if name == "mlp":  # the exact GELU stays exact (not the tanh form); linears fused
-        assert counts == {"linear": 3, "pd_op.gelu": 1, "softmax": 1}
+    if name == "mlp":  # the exact GELU stays exact (not the tanh form), in a linear's epilogue
+        assert counts == {"linear": 3, "softmax": 1}, counts
+        assert any(op.attrs.get("act") == "gelu_erf" for op in result.program.live_ops())
 
 
 MODELS = DUMPS.parent / "models"

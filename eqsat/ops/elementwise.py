@@ -150,8 +150,13 @@ def gelu(x: Array) -> Array:
     return jax.nn.gelu(x, approximate=True)
 
 
+def gelu_erf(x: Array) -> Array:
+    """GELU, exact: ``0.5 · x · erfc(-x · √½)``, √½ in x's dtype, as ``jax.nn.gelu`` computes it."""
+    return jax.nn.gelu(x, approximate=False)
+
+
 # The epilogues a fused op (linear, conv2d_bias_act) may apply, by its ``act`` attribute.
-ACTIVATIONS: dict[str, Any] = {"none": lambda x: x, "relu": jax.nn.relu, "gelu": gelu}
+ACTIVATIONS: dict[str, Any] = {"none": lambda x: x, "relu": jax.nn.relu, "gelu": gelu, "gelu_erf": gelu_erf}
 
 
 def _scale(x: Array, *, scale: float, bias: float) -> Array:
@@ -283,6 +288,25 @@ UNARY = [
     _unary("relu", "max(x, 0)", jax.nn.relu, jax="", floats_only=False),
     _unary("abs", "|x| (integers: the minimum stays itself, as it wraps)", jnp.abs, floats_only=False),
     OpDef("gelu", 1, "GELU, tanh approximation", elementwise=True, expensive=True, check=floats, lower=gelu),
+    OpDef(
+        "gelu_erf",
+        1,
+        "GELU, exact: x · Φ(x) = 0.5 · x · erfc(-x · √½), as jax.nn.gelu(approximate=False) computes it",
+        elementwise=True,
+        expensive=True,
+        check=floats,
+        lower=gelu_erf,
+    ),
+    OpDef(
+        "erfc",
+        1,
+        "1 - erf(x), the complementary error function (what jax.nn.gelu's exact form is written with)",
+        elementwise=True,
+        expensive=True,
+        check=floats,
+        lower=lax.erfc,
+        jax=("erfc",),
+    ),
     OpDef("neg", 1, "-x", elementwise=True, check=numeric, lower=jnp.negative, jax=("neg",)),
     OpDef(
         "stop_gradient",

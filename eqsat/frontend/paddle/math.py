@@ -87,21 +87,10 @@ def _scale(r: _Reader, line: Line) -> Results:
 
 @handles("pd.gelu")
 def _gelu(r: _Reader, line: Line) -> Results:
-    """``approximate:true`` is the tanh form, eqsat's ``gelu``; the exact (erf) form stays opaque and
-    runs as ``jax.nn.gelu(approximate=False)``."""
+    """``approximate:true`` is the tanh form, eqsat's ``gelu``; else the exact (erf) form, ``gelu_erf``."""
     _arity(line, 1)
-    if _flag(line, "approximate", False):
-        return [r.add(line, "gelu", [r.tensor(line, line.operands[0])])]
-    return _opaque(r, replace(line, name="pd_op.gelu"))
-
-
-def _gelu_meaning(x: jax.Array, *, approximate: int = 0, **_: Any) -> jax.Array:
-    """``pd_op.gelu``: the exact erf form unless ``approximate``."""
-    return jax.nn.gelu(x, approximate=bool(approximate))
-
-
-meaning("pd_op.gelu", _gelu_meaning)
-meaning("pd.gelu", _gelu_meaning)
+    op = "gelu" if _flag(line, "approximate", False) else "gelu_erf"
+    return [r.add(line, op, [r.tensor(line, line.operands[0])])]
 
 
 # Paddle's dropout modes at inference: ``upscale_in_train`` leaves x as it is (training scaled by
