@@ -75,6 +75,31 @@ def test_jax_convolutions_in_any_kernel_layout(spec):
     np.testing.assert_allclose(lower(result.program)(x, w)[0], f(x, w), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("spec", [("NCH", "OIH"), ("NWC", "WIO"), ("NWC", "OIW")])
+def test_a_1d_convolution_is_a_conv2d_over_a_unit_height(spec):
+    """Whisper's front end: a 1-D conv in either layout, strided, padded, dilated and grouped, is a
+    conv2d (so its formulations and epilogues apply); values and gradients are jax.jit's."""
+    data, kernel = spec
+    x_shape = (2, 4, 30) if data == "NCH" else (2, 30, 4)
+    w_shape = {"OIH": (6, 2, 3), "OIW": (6, 2, 3), "WIO": (3, 2, 6)}[kernel]
+
+    def f(x, w):
+        dn = (data, kernel, data)
+        y = jax.lax.conv_general_dilated(
+            x, w, (2,), [(1, 2)], rhs_dilation=(2,), dimension_numbers=dn, feature_group_count=2
+        )
+        return jnp.sum(jnp.sin(y))
+
+    rng = np.random.default_rng(0)
+    x, w = rng.normal(size=x_shape).astype(F32), rng.normal(size=w_shape).astype(F32)
+    program = eqsat.from_jax(f, x, w)
+    assert program.op_counts()["conv2d"] == 1 and "opaque" not in program.op_counts()
+    for fn in (f, jax.grad(f, argnums=(0, 1))):
+        got, want = (jax.tree_util.tree_leaves(out) for out in (eqsat.jit(fn)(x, w), fn(x, w)))
+        for g, v in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, v, rtol=1e-4, atol=1e-4)
+
+
 def test_the_egraph_shape_analysis_agrees_with_the_python_shape_rules():
     b = eqsat.Builder()
     x, w = b.input("x", (2, 5, 17, 12)), b.input("w", (6, 5, 4, 3))

@@ -471,7 +471,7 @@ def _dot_general(
     return [out]
 
 
-_LAYOUT_OF_DATA = {(0, 1, 2, 3): "NCHW", (0, 3, 1, 2): "NHWC"}
+_LAYOUT_OF_DATA = {(0, 1, 2, 3): "NCHW", (0, 3, 1, 2): "NHWC", (0, 1, 2): "NCHW", (0, 2, 1): "NHWC"}
 
 
 def _conv(
@@ -489,31 +489,46 @@ def _conv(
     **_: Any,
 ) -> list[Value]:
     """A 2-D convolution in NCHW or NHWC: its kernel transposed to the layout's (OIHW, HWIO) if it is in
-    another; transposed convolutions (lhs dilation) and batch groups stay opaque."""
+    another. A 1-D one (NCW, NWC: Whisper's front end) is the 2-D one over a unit height, its data and
+    kernel reshaped to it and its result back. Transposed convolutions (lhs dilation) and batch groups
+    stay opaque."""
     x, w = ins
     lhs, rhs, out = (tuple(getattr(dimension_numbers, f)) for f in ("lhs_spec", "rhs_spec", "out_spec"))
     layout = _LAYOUT_OF_DATA.get(lhs)
-    if layout is None or out != lhs or tuple(lhs_dilation) != (1, 1) or batch_group_count != 1:
-        raise ShapeError("conv_general_dilated that is not a plain 2-D NCHW/NHWC convolution")
+    if layout is None or out != lhs or set(lhs_dilation) != {1} or batch_group_count != 1:
+        raise ShapeError("conv_general_dilated that is not a plain 1-D or 2-D NCHW/NHWC convolution")
     if preferred_element_type is not None and np.dtype(preferred_element_type).name != x.type.dtype:
         raise ShapeError("conv_general_dilated with a wider result type")
-    o, i, h, k = rhs
-    perm = (o, i, h, k) if layout == "NCHW" else (h, k, i, o)
-    if perm != tuple(range(4)):
+    flat = len(lhs) == 3
+    o, i, *taps = rhs
+    perm = (o, i, *taps) if layout == "NCHW" else (*taps, i, o)
+    if perm != tuple(range(len(rhs))):
         w = t.op("transpose", w, perm=perm)
-    pads = tuple(int(p) for pair in padding for p in pair)
-    return [
-        t.op(
-            "conv2d",
-            x,
-            w,
-            strides=tuple(window_strides),
-            padding=pads,
-            dilations=tuple(rhs_dilation),
-            groups=feature_group_count,
-            layout=layout,
-        )
-    ]
+    pads = [tuple(int(p) for p in pair) for pair in padding]
+    strides, dilations = tuple(window_strides), tuple(rhs_dilation)
+    if flat:  # a unit height before the width, in the data and the kernel
+        height = 2 if layout == "NCHW" else 1
+        x = t.op("reshape", x, shape=_unit_axis(x.type.shape, height))
+        w = t.op("reshape", w, shape=_unit_axis(w.type.shape, 2 if layout == "NCHW" else 0))
+        pads, strides, dilations = [(0, 0), *pads], (1, *strides), (1, *dilations)
+    y = t.op(
+        "conv2d",
+        x,
+        w,
+        strides=strides,
+        padding=tuple(p for pair in pads for p in pair),
+        dilations=dilations,
+        groups=feature_group_count,
+        layout=layout,
+    )
+    if flat:
+        shape = y.type.shape
+        y = t.op("reshape", y, shape=shape[:height] + shape[height + 1 :])
+    return [y]
+
+
+def _unit_axis(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
+    return (*shape[:axis], 1, *shape[axis:])
 
 
 def _pool(kind: str) -> Callable[..., list[Value]]:
