@@ -217,6 +217,25 @@ def test_a_power_with_an_integer_exponent_is_read_as_jax_computes_it(exponent):
         np.testing.assert_array_equal(eqsat.jit(fn)(x), jax.jit(fn)(x))
 
 
+_LAYOUT_PRIMITIVES = {
+    "tile": (lambda x: jnp.sin(jnp.tile(x, (2, 3))), {"expand"}),
+    "unstack": (lambda x: jnp.stack([a * (i + 1) for i, a in enumerate(jnp.unstack(x, axis=1))]), {"split"}),
+    "xor of bools": (lambda x: jnp.where((x > 0) ^ (x > 1), x, 0.0), {"ne"}),
+}
+
+
+@pytest.mark.parametrize("name", _LAYOUT_PRIMITIVES)
+def test_tile_unstack_and_boolean_xor_are_canonical(name):
+    """jax 0.12's ``tile`` and ``unstack`` primitives (a broadcast and reshapes; slices) and a logical
+    xor (``ne``) are canonical ops, not opaque ones; values and gradients are jax.jit's, bit for bit."""
+    fn, ops = _LAYOUT_PRIMITIVES[name]
+    x = _normal(3, 4)
+    counts = eqsat.from_jax(fn, x).op_counts()
+    assert ops <= set(counts) and not {"opaque", "tile", "unstack", "xor"} & set(counts), counts
+    for f in (fn, jax.grad(lambda x: jnp.sum(fn(x) ** 2))):
+        np.testing.assert_array_equal(eqsat.jit(f)(x), jax.jit(f)(x))
+
+
 def test_scalar_constants_fold_at_trace_time():
     fn = eqsat.jit(lambda x: x / jnp.sqrt(16.0).astype(x.dtype))
     x = jnp.asarray([2.0, 8.0], jnp.bfloat16)

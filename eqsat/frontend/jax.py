@@ -370,6 +370,38 @@ def _pow(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
     return [t.op("pow", x, y)]
 
 
+def _tile(t: _Tracer, ins: list[Value], *, reps: Sequence[int], **_: Any) -> list[Value]:
+    """``jnp.tile``: each axis of size s repeated r times is a broadcast to (r, s) and a reshape to
+    r·s, all axes at once (a copy: exact)."""
+    x = ins[0]
+    shape = x.type.shape
+    if len(reps) != len(shape):
+        raise ShapeError("tile with reps of another rank than its operand")
+    interleaved = tuple(d for s in shape for d in (1, s))
+    spread = tuple(d for r, s in zip(reps, shape, strict=True) for d in (r, s))
+    y = t.op("expand", t.op("reshape", x, shape=interleaved), shape=spread)
+    return [t.op("reshape", y, shape=tuple(r * s for r, s in zip(reps, shape, strict=True)))]
+
+
+def _unstack(t: _Tracer, ins: list[Value], *, axis: int, **_: Any) -> list[Value]:
+    """``jnp.unstack``: the slices along ``axis``, each without it."""
+    x = ins[0]
+    n, rest = x.type.shape[axis], x.type.shape[:axis] + x.type.shape[axis + 1 :]
+    outs = []
+    for i in range(n):
+        sizes = tuple(s for s in (i, 1, n - i - 1) if s)
+        piece = x if n == 1 else t.op("split", x, axis=axis, sizes=sizes, index=1 if i else 0)
+        outs.append(t.op("reshape", piece, shape=rest))
+    return outs
+
+
+def _xor(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
+    """Logical xor of bools is ``ne``; a bitwise xor of integers stays opaque."""
+    if any(v.type.dtype != "bool" for v in ins):
+        raise ShapeError("xor of integers")
+    return [t.op("ne", *ins)]
+
+
 def _square(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
     return [t.op("mul", ins[0], ins[0])]
 
@@ -582,6 +614,9 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
     "select_n": _select_n,
     "integer_pow": _integer_pow,
     "pow": _pow,
+    "tile": _tile,
+    "unstack": _unstack,
+    "xor": _xor,
     "square": _square,
     "div": _div,
     "iota": _iota,
