@@ -54,6 +54,7 @@ from .terms import (
 
 F32 = "float32"
 ZERO = Full(shape="(vec-empty)", value=0.0, dtype="ds")
+_ZERO_NARROW = Full(shape="(vec-empty)", value=0.0, dtype="dn")  # a no-bias of the narrower product
 TRUE = Full(shape="(vec-empty)", value=1.0, dtype="bool")
 _LAST = f"(- (vec-length {shape_of('q')}) 1)"
 _ATTRS = {
@@ -66,17 +67,27 @@ _ATTRS = {
     "softmax_dtype": "dm",
     "shifted": "sh",
     "softcap": "cap",
+    "product_dtype": "dp",
 }
 _SHIFTED = {**_ATTRS, "shifted": 1}  # streaming keeps a running max: flash attention's softmax is shifted
 
 
 def _scores(
-    bias: str = "b", scale: str | float = "c", divisor: str | float = "cd", softcap: str | float = "cap"
+    bias: str = "b",
+    scale: str | float = "c",
+    divisor: str | float = "cd",
+    softcap: str | float = "cap",
+    product: str = "dp",
+    dtype: str = "ds",
 ) -> str:
-    return Scores("q", "k", bias, scale=scale, divisor=divisor, dtype="ds", softcap=softcap)
+    return Scores(
+        "q", "k", bias, scale=scale, divisor=divisor, dtype=dtype, softcap=softcap, product_dtype=product
+    )
 
 
 _CAP = Full(shape="(vec-empty)", value="t", dtype="ds")
+# the scaled product's attributes, its product rounded to the scores' dtype
+_SCORES_ATTRS = {"scale": "c", "divisor": "cd", "dtype": "ds", "softcap": "cap", "product_dtype": "ds"}
 
 
 def _fuse(cast: bool) -> Variant:
@@ -160,6 +171,7 @@ def _example(rng: Any, dq: str = F32, ds: str | None = None, dm: str | None = No
         "cd": float(rng.choice([1.0, float(np.sqrt(8)), 3.0])),
         "sh": int(rng.integers(0, 2)),
         "cap": float(rng.choice([0.0, 0.5, 50.0])),
+        "dp": str(rng.choice([ds, "bfloat16"])),
         "t": float(rng.choice([0.5, 50.0])),
     }
 
@@ -187,11 +199,37 @@ RULES = [
         (
             Variant(
                 Matmul("q", "k", transpose_y=1, dtype="ds"),
-                _scores(ZERO, 1.0, 1.0, 0.0),
+                _scores(ZERO, 1.0, 1.0, 0.0, product="ds"),
                 (float_dtype("ds"),),
             ),
         ),
         _example,
+    ),
+    Rule(
+        "scores-widened",
+        "the unscaled product rounded to one float dtype and cast to another is the product in the "
+        "second, rounded to the first on the way (HF Llama's bfloat16 q kᵀ cast to float32)",
+        (
+            Variant(
+                Cast(_scores(_ZERO_NARROW, 1.0, 1.0, 0.0, product="dn", dtype="dn"), dtype="ds"),
+                _scores(ZERO, 1.0, 1.0, 0.0, product="dn"),
+                (float_dtype("ds"), float_dtype("dn")),
+            ),
+        ),
+        lambda rng: {**_example(rng, dq="bfloat16", ds=F32), "dn": "bfloat16"},
+    ),
+    Rule(
+        "scores-of-widened-operands",
+        "the scaled product of q and k cast to a wider float dtype is the product of q and k accumulated "
+        "in it (each product of narrower floats is exact in the wider one: flax's promote_dtype)",
+        (
+            Variant(
+                Scores(Cast("q", dtype="ds"), Cast("k", dtype="ds"), "b", **_SCORES_ATTRS),
+                Scores("q", "k", "b", **_SCORES_ATTRS),
+                (equal(dtype_of("q"), dtype_of("k")), half_float(dtype_of("q")), equal("ds", F32)),
+            ),
+        ),
+        functools.partial(_example, dq="bfloat16", ds=F32),
     ),
     Rule(
         "scores-scale",

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 from eqsat.egraph import literal, tlist
 from eqsat.ops import ACCUMULATE, LIKE_INPUT, OPS, VARIADIC, Attr, OpDef
+from eqsat.ops.base import LIKE_ATTRIBUTE
 from eqsat.types import DTYPES
 
 Term = str  # egglog text
@@ -23,7 +24,8 @@ Value = Term | int | float | tuple[int, ...] | tuple[float, ...]
 
 def _attribute(op: OpDef, attr: Attr, value: Value | None) -> str:
     if value is None:
-        if attr.default is None or attr.default in (LIKE_INPUT, ACCUMULATE):
+        derived = isinstance(attr.default, str) and attr.default.startswith(LIKE_ATTRIBUTE)
+        if attr.default is None or attr.default in (LIKE_INPUT, ACCUMULATE) or derived:
             raise TypeError(f"{op.ctor} needs {attr.name}=")
         value = attr.default
     if isinstance(value, str):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -87,6 +88,7 @@ def test_every_call_goes_to_a_kernel_or_says_why_not():
         (_call(q=(1, 2, 100, 64)), "lengths 100 and 100"),
         (_call(bias="float32"), "a bias (the kernel takes none)"),
         (_call(dtype="bfloat16", softcap=50.0), "scores soft-capped at 50"),
+        (replace(_call(dtype="bfloat16"), product_dtype="bfloat16"), "q kᵀ rounded to bfloat16"),
     ],
 )
 def test_refusals_name_the_reason(call, refused):

@@ -52,6 +52,22 @@ def normalized_after_product(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax
     return jnp.einsum("bhqk,bhkd->bhqd", e, v) / jnp.sum(e, axis=-1, keepdims=True)
 
 
+def hf_llama_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """HF Flax Llama in bfloat16: flax's ``dot_product_attention_weights(dtype=float32)`` promotes q and
+    k to float32, scores and softmax in float32, probabilities cast back for the product with v."""
+    qf, kf = q.astype(jnp.float32), k.astype(jnp.float32)
+    bias = jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)
+    weights = jnp.einsum("...hqd,...hkd->...hqk", qf / jnp.sqrt(q.shape[-1]).astype(jnp.float32), kf) + bias
+    return jnp.einsum("...hqk,...hkd->...hqd", jax.nn.softmax(weights).astype(v.dtype), v)
+
+
+def product_widened(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """q kᵀ in bfloat16 cast to float32 before the scale and the softmax (Mistral-style code)."""
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k).astype(jnp.float32) / np.sqrt(q.shape[-1])
+    scores = jnp.where(mask, scores, -1e9)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1).astype(v.dtype), v)
+
+
 def _matches_jax(fn: Any, args: tuple[Any, ...], dtype: str) -> eqsat.Program:
     """eqsat.jit(fn)(*args) against jax.jit's within the dtype's tolerance; the optimized program."""
     optimized = eqsat.jit(fn)
@@ -72,6 +88,26 @@ def _attention(program: eqsat.Program) -> list:
 def test_attention_idiom_is_one_op_and_matches_jax(fn, batch, dtype):
     (op,) = _attention(_matches_jax(fn, _qkv_mask(batch, dtype), dtype))
     assert op.attrs["zero_masked"] == (fn is zeroed_after_softmax), op.attrs
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("fn", [hf_llama_attention, product_widened])
+def test_half_precision_q_k_with_float32_scores_is_one_op(fn, batch):
+    """bfloat16 q, k, v; scores and softmax in float32 (q and k promoted, or their product cast);
+    probabilities cast back: one attention op, its product rounded where the program rounds it."""
+    args = _qkv_mask(batch, "bfloat16")
+    (op,) = _attention(_matches_jax(fn, args, "bfloat16"))
+    assert (op.attrs["scores_dtype"], op.attrs["softmax_dtype"]) == ("float32", "float32")
+    assert op.attrs["product_dtype"] == ("bfloat16" if fn is product_widened else "float32")
+    q, k, v, mask = args
+
+    def loss(q, k, v):
+        return jnp.mean(jnp.square(fn(q, k, v, mask).astype(jnp.float32)))
+
+    got = jax.jit(jax.grad(eqsat.jit(loss), argnums=(0, 1, 2)))(q, k, v)
+    want = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, k, v)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), rtol=5e-2, atol=5e-3)
 
 
 @pytest.mark.parametrize("fn", [zeroed_after_softmax, unshifted_softmax, normalized_after_product])

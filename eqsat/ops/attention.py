@@ -41,6 +41,7 @@ from .base import (
     OpDef,
     PhasesFn,
     contraction_kind,
+    like,
     product_kind,
 )
 from .flash import Blocks, Masking, blocked_attention, flash_blocks, flash_key_blocks
@@ -107,6 +108,7 @@ class Scores(ShapeRule):
 
 
 SOFTCAP = Attr("softcap", "float", 0.0)
+PRODUCT_DTYPE = Attr("product_dtype", "str", like("dtype"))
 
 
 def _scores_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
@@ -118,11 +120,19 @@ def _scores_operands(types: Sequence[TensorType], attrs: dict) -> str | None:
 
 
 def _scores(
-    q: Array, k: Array, bias: Array, *, scale: float, divisor: float, dtype: str, softcap: float = 0.0
+    q: Array,
+    k: Array,
+    bias: Array,
+    *,
+    scale: float,
+    divisor: float,
+    dtype: str,
+    softcap: float = 0.0,
+    product_dtype: str | None = None,
 ) -> Array:
-    """As written: q kᵀ accumulated in ``dtype``, times the scale, divided by the divisor, soft-capped
-    (all in ``dtype``), plus the bias."""
-    s = matmul(q, k, transpose_x=0, transpose_y=1, dtype=dtype)
+    """As written: q kᵀ rounded to ``product_dtype`` (default ``dtype``) and cast to ``dtype``, times the
+    scale, divided by the divisor, soft-capped (all in ``dtype``), plus the bias."""
+    s = matmul(q, k, transpose_x=0, transpose_y=1, dtype=product_dtype or dtype).astype(dtype)
     if scale != 1:
         s = s * jnp.asarray(scale, s.dtype)
     if divisor != 1:
@@ -158,10 +168,11 @@ SCORES = OpDef(
     "scores",
     3,
     "q kᵀ·scale / divisor, soft-capped, + bias (q, k, bias), the scaled product attention's softmax "
-    "takes: q kᵀ accumulated in and returned as dtype, scaled, divided, capped (softcap · tanh(s / "
+    "takes: q kᵀ accumulated in product_dtype (default dtype; HF Llama rounds it to bfloat16 and "
+    "casts it to float32) and returned as dtype, scaled, divided, capped (softcap · tanh(s / "
     "softcap) unless softcap is 0) and biased in dtype (as matmul, scale, div, tanh and add compute "
     "it: a division by a constant rounds unlike the product by its inverse)",
-    (Attr("scale", "float", 1.0), Attr("divisor", "float", 1.0), RESULT_DTYPE, SOFTCAP),
+    (Attr("scale", "float", 1.0), Attr("divisor", "float", 1.0), RESULT_DTYPE, SOFTCAP, PRODUCT_DTYPE),
     Scores(),
     "dtype",
     lambda ins, out, attrs: 2.0 * out.size * ins[0].shape[-1] + 2.0 * out.size,
@@ -249,6 +260,7 @@ def naive_attention(
     divisor: float = 1.0,
     shifted: int = 1,
     softcap: float = 0.0,
+    product_dtype: str | None = None,
 ) -> Array:
     """The program as written: scores, softmax (shifted or not) and probabilities rounded where it
     rounds them."""
@@ -265,6 +277,7 @@ def naive_attention(
         *precision,
         divisor=divisor,
         softcap=softcap,
+        product_dtype=product_dtype or scores_dtype,
     )
     scores, keep = masking.scores(q, k, 0, 0, b, m)
     probabilities = softmax(scores, axis=-1, shifted=shifted)
@@ -300,11 +313,12 @@ def kernel_call(
     softmax_dtype: str,
     shifted: int,
     softcap: float = 0.0,
+    product_dtype: str = "float32",
 ) -> kernels.Call:
     """What a backend's kernel needs to know of a ``flash_attention`` call (``bias`` and ``mask`` None
     where they are known to do nothing; ``scale`` with the divisor folded in)."""
     bias_dtype = None if bias is None else str(bias.dtype)
-    precision = (scores_dtype, softmax_dtype, bool(shifted), softcap)
+    precision = (scores_dtype, softmax_dtype, bool(shifted), softcap, product_dtype)
     return kernels.Call(
         q.shape,
         k.shape,
@@ -335,6 +349,7 @@ def flash_attention(
     divisor: float = 1.0,
     shifted: int = 1,
     softcap: float = 0.0,
+    product_dtype: str | None = None,
 ) -> Array:
     # nothing to stream, or an unshifted softmax (streaming needs the running max): as written
     if not (q.size and k.size and v.size and shifted):
@@ -353,17 +368,19 @@ def flash_attention(
             divisor=divisor,
             shifted=shifted,
             softcap=softcap,
+            product_dtype=product_dtype,
         )
+    product_dtype = product_dtype or scores_dtype
     b, m = _optional(bias, mask)
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
     precision = (scores_dtype, softmax_dtype, shifted)
-    call = kernel_call(q, k, v, b, m, scale / divisor, fill, causal, *precision, softcap)
+    call = kernel_call(q, k, v, b, m, scale / divisor, fill, causal, *precision, softcap, product_dtype)
     fused = kernels.run(call, q, k, v, b)
     if fused is not None:  # the backend's own kernel takes it
         return fused
     bq, bk, nq, nk = flash_blocks(prod(q.shape[:-2]), sq, sk)
-    if q.dtype == acc_dtype == scores_dtype:  # scaling q costs less than scaling the scores
+    if q.dtype == acc_dtype == scores_dtype == product_dtype:  # scaling q costs less than the scores
         q, scale = q * jnp.asarray(scale, acc_dtype), 1.0
     q, k, v = _pad(q, -2, nq * bq), _pad(k, -2, nk * bk), _pad(v, -2, nk * bk)
     padded = []
@@ -388,6 +405,7 @@ def flash_attention(
         bool(zero_masked),
         divisor,
         softcap,
+        product_dtype,
     )
     out = blocked_attention(Blocks(masking, bq, bk, nq, nk), q, k, v, b, m)
     return out[..., :sq, :].astype(out_dtype)
@@ -409,6 +427,7 @@ def _attention(name: str, doc: str, phases: PhasesFn, lower: object) -> OpDef:
             Attr("softmax_dtype", "str", ACCUMULATE),
             SHIFTED,
             SOFTCAP,
+            Attr("product_dtype", "str", like("scores_dtype")),
         ),
         Attention(),
         flops=_attention_flops,
@@ -426,7 +445,8 @@ ATTENTION = [
         "softcap · tanh(s / softcap) where softcap is not 0 (Gemma 2's logit soft-capping); causal: the "
         "mask also keeps only keys j <= query i; zero_masked: the probabilities of masked keys are 0 "
         "(where(mask, softmax(...), 0): a fully masked row gives 0). Rounded where the program rounds: "
-        "q kᵀ, its scaling, the cap, the bias and the fill in scores_dtype; the softmax in softmax_dtype; "
+        "q kᵀ (rounded to product_dtype first, default scores_dtype), its scaling, the cap, the bias and "
+        "the fill in scores_dtype; the softmax in softmax_dtype; "
         "the probabilities in q's dtype, their product with v accumulated in float32 or wider and "
         "returned in q's dtype (both dtypes default to q's, at least float32); scores materialized",
         _attention_phases,

@@ -60,6 +60,7 @@ class Call:
     softmax_dtype: str
     shifted: bool
     softcap: float = 0.0
+    product_dtype: str = "float32"
 
     @property
     def heads(self) -> int:
@@ -86,6 +87,8 @@ def _common(call: Call, dtypes: Sequence[str]) -> str | None:
         return f"q of dtype {call.dtype} (takes {', '.join(dtypes)})"
     if (call.scores_dtype, call.softmax_dtype) != ("float32", "float32"):
         return f"scores in {call.scores_dtype}, softmax in {call.softmax_dtype} (the kernel's are float32)"
+    if call.product_dtype != "float32":
+        return f"q kᵀ rounded to {call.product_dtype} (the kernel keeps it float32)"
     if not call.shifted:
         return "an unshifted softmax (the kernel subtracts the running max)"
     if call.softcap:

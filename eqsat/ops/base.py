@@ -31,6 +31,12 @@ LIKE_INPUT = "like-input"
 # The default of a dtype attribute that means "the first operand's dtype, at least float32" (where
 # half-precision work accumulates).
 ACCUMULATE = "accumulate"
+LIKE_ATTRIBUTE = "like:"  # + an earlier attribute's name: the default that means "that attribute's value"
+
+
+def like(attribute: str) -> str:
+    """The default of an attribute that means "the value of ``attribute``" (listed before it)."""
+    return LIKE_ATTRIBUTE + attribute
 
 
 class Kernel(NamedTuple):
@@ -170,6 +176,8 @@ class OpDef:
                 value = types[0].dtype
             elif value == ACCUMULATE:
                 value = accumulation_dtype(types[0].dtype)
+            elif isinstance(value, str) and value.startswith(LIKE_ATTRIBUTE):
+                value = out[value.removeprefix(LIKE_ATTRIBUTE)]
             out[a.name] = _coerce(self.name, a, value)
         if self.axis_attr:
             rank = types[0].rank

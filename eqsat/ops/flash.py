@@ -67,10 +67,10 @@ def flash_key_blocks(i: int, bq: int, bk: int, nk: int, causal: bool) -> int:
 @dataclass(frozen=True)
 class Masking:
     """How one attention call turns q kᵀ into the scores its softmax takes: q kᵀ rounded to
-    ``scores_dtype``, times ``scale``, divided by ``divisor``, soft-capped (``softcap · tanh(s /
-    softcap)``, unless ``softcap`` is 0), the bias added, then ``where(mask and causal, scores, fill)``
-    (all in ``scores_dtype``), keys from ``valid`` on (padding) at -inf, and the result cast to
-    ``softmax_dtype``; with ``zero_masked`` the probabilities of masked keys are 0."""
+    ``product_dtype`` then ``scores_dtype``, times ``scale``, divided by ``divisor``, soft-capped
+    (``softcap · tanh(s / softcap)``, unless ``softcap`` is 0), the bias added, then ``where(mask and
+    causal, scores, fill)`` (all in ``scores_dtype``), keys from ``valid`` on (padding) at -inf, and the
+    result cast to ``softmax_dtype``; with ``zero_masked`` the probabilities of masked keys are 0."""
 
     has_bias: bool
     has_mask: bool
@@ -84,6 +84,7 @@ class Masking:
     zero_masked: bool = False
     divisor: float = 1.0
     softcap: float = 0.0
+    product_dtype: str = "float32"
 
     def visible(self, p: Array, keep: Opt) -> Array:
         """The probabilities that multiply v: with ``zero_masked``, those of masked keys are 0."""
@@ -108,7 +109,7 @@ class Masking:
         """``scores``, and the soft-cap's derivative ``1 - tanh²`` at each score (None without a cap):
         the backward pass's chain rule through the cap."""
         dtype = jnp.dtype(self.scores_dtype)
-        s = product("...qd,...kd->...qk", q, k, k.dtype, dtype).astype(dtype)
+        s = product("...qd,...kd->...qk", q, k, k.dtype, dtype).astype(self.product_dtype).astype(dtype)
         if self.scale != 1:
             s = s * jnp.asarray(self.scale, dtype)
         if self.divisor != 1:
