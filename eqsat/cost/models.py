@@ -15,6 +15,7 @@ import jax
 from eqsat.devices import Device, calibrated_device, get_device
 from eqsat.ir import Program, TensorType
 from eqsat.ops import OPAQUE, OPS, Kernel, folds
+from eqsat.ops.opaque import OPAQUE_KERNELS
 
 from .kernels import Call, KernelTimes, alternatives_first
 
@@ -104,12 +105,14 @@ def phases(
     output: TensorType,
     device: Device | None = None,
 ) -> list[Kernel]:
-    """(flops, bytes) of each kernel an op runs as (see ``OpDef.cost_phases``); opaque ops: one kernel.
+    """(flops, bytes) of each kernel an op runs as (see ``OpDef.cost_phases``); opaque ops: one kernel,
+    a pass over their operands and result or their own (``ops.opaque.OPAQUE_KERNELS``: lookups).
     On a ``device`` that runs the op on a fused kernel of its own (``Device.kernels``), that kernel:
     the op's arithmetic, its operands read and its result written once."""
     io = float(sum(t.nbytes for t in inputs) + output.nbytes)
     if op == OPAQUE:
-        return [Kernel(float(output.size), io)]
+        own = OPAQUE_KERNELS.get(str(attrs.get("op")))
+        return [own(inputs, output) if own else Kernel(float(output.size), io)]
     own = OPS[op].cost_phases(inputs, output, attrs)
     if device is None or op not in device.kernels or not own:
         return own

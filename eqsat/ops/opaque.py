@@ -1,11 +1,34 @@
-"""The meanings of opaque ops by name: what eqsat runs for an op it does not optimize."""
+"""The meanings of opaque ops by name: what eqsat runs for an op it does not optimize, and for the
+lookups among them (embeddings), the kernel they run as."""
 
 from __future__ import annotations
 
-from eqsat.ops import Lowering
+from collections.abc import Callable, Sequence
+
+from eqsat.ops import Kernel, Lowering
+from eqsat.types import TensorType
 
 OPAQUE_LOWERINGS: dict[str, Lowering] = {}
 RESULT_TYPES = "result_types"
+
+
+def _lookup(indices: int) -> Callable[[Sequence[TensorType], TensorType], Kernel]:
+    """A lookup of rows by indices (operand ``indices``): it reads the indices and the rows it returns,
+    not its whole table, and writes them."""
+
+    def kernel(inputs: Sequence[TensorType], output: TensorType) -> Kernel:
+        return Kernel(0.0, float(inputs[indices].nbytes + 2 * output.nbytes))
+
+    return kernel
+
+
+OPAQUE_KERNELS: dict[str, Callable[[Sequence[TensorType], TensorType], Kernel]] = {
+    "gather": _lookup(1),  # JAX: table[ids], jnp.take (operand, indices)
+    "dynamic_slice": _lookup(1),  # JAX: a window at run-time offsets (operand, *offsets)
+    "pd_op.embedding": _lookup(0),  # Paddle: (ids, weight)
+}
+"""The kernel an opaque op runs as, by name, where reading all its operands would misprice it (the
+cost models price other opaque ops as one pass over their operands and result)."""
 
 
 def register_opaque(op_name: str, fn: Lowering) -> None:

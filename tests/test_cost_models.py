@@ -1,0 +1,38 @@
+"""What the cost models price an op at (``eqsat/cost/models.py``): opaque lookups read the rows they
+return, not their whole table."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqsat
+from eqsat.cost import Roofline, phases
+from eqsat.ops import OPAQUE
+from eqsat.types import TensorType
+
+TABLE, IDS, ROWS = (
+    TensorType((50_000, 768), "float32"),
+    TensorType((1, 128), "int32"),
+    TensorType((1, 128, 768), "float32"),
+)
+
+
+@pytest.mark.parametrize(("name", "inputs"), [("gather", (TABLE, IDS)), ("pd_op.embedding", (IDS, TABLE))])
+def test_an_embedding_lookup_reads_its_rows_not_its_table(name, inputs):
+    (kernel,) = phases(OPAQUE, {"op": name}, inputs, ROWS)
+    assert kernel.bytes == IDS.nbytes + 2 * ROWS.nbytes
+    (other,) = phases(OPAQUE, {"op": "some_primitive"}, inputs, ROWS)  # unknown: one pass over all
+    assert other.bytes == TABLE.nbytes + IDS.nbytes + ROWS.nbytes
+    assert Roofline("cpu").op_cost(OPAQUE, {"op": name}, inputs, ROWS) < Roofline("cpu").op_cost(
+        OPAQUE, {"op": "some_primitive"}, inputs, ROWS
+    )
+
+
+def test_jax_indexing_is_the_gather_the_cost_model_knows():
+    table = np.random.default_rng(0).normal(size=(100, 8)).astype(np.float32)
+    ids = jnp.asarray([[3, 7, 99]], jnp.int32)
+    program = eqsat.from_jax(lambda t, i: t[i], table, ids)
+    (op,) = [op for op in program.live_ops() if op.name == OPAQUE]  # after negative indices wrap
+    assert op.attrs["op"] == "gather"
