@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -154,6 +155,14 @@ def _ratios(rows: list[dict[str, Any]], model: str) -> tuple[list[float], list[f
     return predicted, measured
 
 
+def gain_error(predicted: list[float], measured: list[float]) -> float | None:
+    """How far predicted gains stray from measured ones: the 75th percentile of |log(measured /
+    predicted)| (``CostModel.error``, which ``measure=True`` reads, is this over all sets)."""
+    if not predicted:
+        return None
+    return float(np.percentile(np.abs(np.log(np.asarray(measured) / np.asarray(predicted))), 75))
+
+
 def _noise(rows: list[dict[str, Any]]) -> float | None:
     """The rank correlation between two measurements of the same candidates' gains: the ceiling of
     any model's on these programs, on this machine."""
@@ -179,9 +188,10 @@ def summarize(sets: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Per set and model: rank correlations (gain and absolute) and the measured cost of its choices."""
     summary: dict[str, Any] = {}
     everything = [row for rows in sets.values() for row in rows]
+    models = list(everything[0]["costs"]) if everything else []  # the models the rows were priced by
     for set_name, rows in [*sets.items(), ("all", everything)]:
         summary[f"{set_name}/measured twice"] = {"rank_correlation_gain": _noise(rows)}
-        for model in MODELS:
+        for model in models:
             gain = _rho(*_ratios(rows, model))
             within = [rho for row in rows if (rho := _rho(*_ratios([row], model))) is not None]
             absolute = _rho(
@@ -190,8 +200,10 @@ def summarize(sets: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             )
             regret = [row["times_s"][row["chosen"][model]] / min(row["times_s"].values()) for row in rows]
             speedup = [row["times_s"]["input"] / row["times_s"][row["chosen"][model]] for row in rows]
+            predicted, measured = _ratios(rows, model)
             summary[f"{set_name}/{model}"] = {
                 "rank_correlation_gain": gain,
+                "gain_error": gain_error(predicted, measured),
                 "rank_correlation_within_median": float(np.median(within)) if within else None,
                 "rank_correlation_absolute": absolute,
                 "candidates": sum(len(r["times_s"]) - 1 for r in rows),
@@ -224,19 +236,20 @@ def plot(sets: dict[str, list[dict[str, Any]]], summary: dict[str, Any]) -> None
 
 def markdown(summary: dict[str, Any]) -> str:
     lines = [
-        "| programs | model | candidates | ρ gain | ρ within (median) | ρ absolute | worst choice / fastest "
-        "| min speedup |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| programs | model | candidates | ρ gain | ρ within (median) | ρ absolute | gain error "
+        "| worst choice / fastest | min speedup |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     keys = ("rank_correlation_gain", "rank_correlation_within_median", "rank_correlation_absolute")
     for key, s in summary.items():
         set_name, model = key.split("/")
         rho = [f"{s[k]:.2f}" if s.get(k) is not None else "—" for k in keys]
         if model == "measured twice":  # the noise ceiling
-            lines.append(f"| {set_name} | *measured twice* | | {rho[0]} | | | | |")
+            lines.append(f"| {set_name} | *measured twice* | | {rho[0]} | | | | | |")
             continue
+        error = f"{s['gain_error']:.2f}" if s.get("gain_error") is not None else "—"
         lines.append(
-            f"| {set_name} | {model} | {s['candidates']} | {rho[0]} | {rho[1]} | {rho[2]} | "
+            f"| {set_name} | {model} | {s['candidates']} | {rho[0]} | {rho[1]} | {rho[2]} | {error} | "
             f"{s['worst_choice_vs_fastest']:.2f}× | {s['min_speedup_vs_input']:.2f}× |"
         )
     return "\n".join(lines)
@@ -245,7 +258,17 @@ def markdown(summary: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few programs")
+    parser.add_argument(
+        "--resummarize", action="store_true", help="recompute the summary of bench/cost_accuracy.json's rows"
+    )
     args = parser.parse_args(argv)
+    if args.resummarize:
+        path = OUT / "cost_accuracy.json"
+        results = json.loads(path.read_text())
+        results["summary"] = summarize(results["sets"])
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        print(markdown(results["summary"]))
+        return
     print("calibrating this device (eqsat.calibrate, not saved)", flush=True)
     device = eqsat.calibrate(save=False)
     MODELS.update({m: get_cost_model(m) for m in BUILT_IN})

@@ -3,12 +3,15 @@ return, not their whole table."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import eqsat
-from eqsat.cost import Roofline, phases
+from eqsat.cost import Roofline, get_cost_model, phases
 from eqsat.ops import OPAQUE
 from eqsat.types import TensorType
 
@@ -36,3 +39,12 @@ def test_jax_indexing_is_the_gather_the_cost_model_knows():
     program = eqsat.from_jax(lambda t, i: t[i], table, ids)
     (op,) = [op for op in program.live_ops() if op.name == OPAQUE]  # after negative indices wrap
     assert op.attrs["op"] == "gather"
+
+
+@pytest.mark.parametrize("name", ["nodes", "flops", "roofline", "xla"])
+def test_a_models_error_is_what_the_benchmark_last_measured(name):
+    """``CostModel.error`` is ``bench.cost_accuracy``'s figure, not a number left in a comment: rerun
+    the benchmark (or ``--resummarize`` its rows) and this says which constant to update."""
+    bench = Path(__file__).resolve().parents[1] / "bench" / "cost_accuracy.json"
+    measured = json.loads(bench.read_text())["summary"][f"all/{name}"]["gain_error"]
+    assert get_cost_model(name).error == round(measured, 2)
