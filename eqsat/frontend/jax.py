@@ -395,6 +395,13 @@ def _unstack(t: _Tracer, ins: list[Value], *, axis: int, **_: Any) -> list[Value
     return outs
 
 
+def _stack(t: _Tracer, ins: list[Value], *, axis: int, **_: Any) -> list[Value]:
+    """``jnp.stack``: each operand with a unit ``axis``, concatenated along it."""
+    shape = ins[0].type.shape
+    spread = [t.op("reshape", v, shape=(*shape[:axis], 1, *shape[axis:])) for v in ins]
+    return [spread[0] if len(spread) == 1 else t.op("concat", *spread, axis=axis)]
+
+
 def _xor(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
     """Logical xor of bools is ``ne``; a bitwise xor of integers stays opaque."""
     if any(v.type.dtype != "bool" for v in ins):
@@ -472,9 +479,11 @@ def _dot_general(
     """Canonicalize to matmul: lhs -> (batch, M, K), rhs -> (batch, K, N), then reshape the result."""
     (lc, rc), (lb, rb) = dimension_numbers
     x, y = ins
+    dtype = x.type.dtype if preferred_element_type is None else np.dtype(preferred_element_type).name
+    if not lc:  # nothing contracted: a broadcast product (a per-head mask: einsum("...hqk,h->...hqk"))
+        return [_outer(t, x, y, (lb, rb), dtype)]
     if x.type.dtype != y.type.dtype:
         raise ShapeError("dot_general of mixed dtypes")
-    dtype = x.type.dtype if preferred_element_type is None else np.dtype(preferred_element_type).name
     if not lb and tuple(lc) == (x.type.rank - 1,) and x.type.rank >= 2 and y.type.rank == 2:
         # x @ w: the weight broadcasts over rows
         return [t.op("matmul", x, y, transpose_y=int(rc[0] == 1), dtype=dtype)]
@@ -501,6 +510,26 @@ def _dot_general(
     if out.type.shape != final:
         out = t.op("reshape", out, shape=final)
     return [out]
+
+
+def _outer(t: _Tracer, x: Value, y: Value, batch: tuple[Sequence[int], Sequence[int]], dtype: str) -> Value:
+    """A dot_general that contracts nothing, (batch, x's free dims, y's free dims): each operand
+    transposed to (batch, free) and reshaped with 1s where the other's free dims go, cast to the
+    result's dtype (as XLA converts them) and multiplied: each element is one product."""
+    lb, rb = batch
+    lf = [i for i in range(x.type.rank) if i not in lb]
+    rf = [i for i in range(y.type.rank) if i not in rb]
+    xs, ys = x.type.shape, y.type.shape
+    x_shape = (*(xs[i] for i in lb), *(xs[i] for i in lf), *(1 for _ in rf))
+    y_shape = (*(ys[i] for i in rb), *(1 for _ in lf), *(ys[i] for i in rf))
+    operands = []
+    for v, order, shape in ((x, [*lb, *lf], x_shape), (y, [*rb, *rf], y_shape)):
+        if order != list(range(v.type.rank)):
+            v = t.op("transpose", v, perm=tuple(order))
+        if v.type.shape != shape:
+            v = t.op("reshape", v, shape=shape)
+        operands.append(v if v.type.dtype == dtype else t.op("cast", v, dtype=dtype))
+    return t.op("mul", *operands)
 
 
 _LAYOUT_OF_DATA = {(0, 1, 2, 3): "NCHW", (0, 3, 1, 2): "NHWC", (0, 1, 2): "NCHW", (0, 2, 1): "NHWC"}
@@ -616,6 +645,7 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
     "pow": _pow,
     "tile": _tile,
     "unstack": _unstack,
+    "stack": _stack,
     "xor": _xor,
     "square": _square,
     "div": _div,
