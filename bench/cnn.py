@@ -24,7 +24,7 @@ import numpy as np
 from jax import lax
 
 import eqsat
-from bench.common import interleaved, max_abs_diff, run_cases, settled_jit
+from bench.common import against_jax, interleaved, max_abs_diff, run_cases, settled_jit
 from eqsat.common_convs import INVERTED_RESIDUALS
 
 Array = jax.Array
@@ -222,10 +222,7 @@ def measure(name: str, repeats: int) -> dict[str, Any]:
     )
     return {
         "model": name,
-        "eqsat_s": times["eqsat"],
-        "jax_s": times["jax"],
-        "speedup": times["jax"] / times["eqsat"],
-        "noise": times["jax"] / times["jax_again"],
+        **against_jax(times),
         "first_optimize_s": sum(first.report.timings.values()),
         "kernels_timed": timed,
         "optimize_s": sum(result.report.timings.values()),

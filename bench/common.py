@@ -35,6 +35,17 @@ def interleaved(
     return dict(zip(fns, per_call(list(fns.values()), repeats, statistic, sample_s), strict=True))
 
 
+def against_jax(times: dict[str, float]) -> dict[str, float]:
+    """A row's timing columns from ``interleaved`` times of ``eqsat``, ``jax`` and ``jax_again``:
+    both sides' seconds, eqsat's speedup, and jax.jit against itself (the noise)."""
+    return {
+        "eqsat_s": times["eqsat"],
+        "jax_s": times["jax"],
+        "speedup": times["jax"] / times["eqsat"],
+        "noise": times["jax"] / times["jax_again"],
+    }
+
+
 MAX_ROUNDS = 10
 
 

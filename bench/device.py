@@ -33,7 +33,7 @@ import numpy as np
 
 import eqsat
 from bench.cnn import CASES as CNN_CASES
-from bench.common import interleaved, max_abs_diff, write
+from bench.common import against_jax, interleaved, max_abs_diff, write
 from bench.models import make_bert, make_gpt2_block
 
 HEADS, HEAD_DIM = 8, 64
@@ -90,12 +90,9 @@ def measure_attention(seq: int, causal: bool, gradient: bool, batch: int = 1) ->
     times = interleaved({name: (lambda f=f: f(*args)) for name, f in compiled.items()}, REPEATS)
     return {
         "case": f"attention_{'causal' if causal else 'full'}_{seq}_{'gradient' if gradient else 'forward'}",
-        "eqsat_s": times["eqsat"],
-        "jax_s": times["jax"],
+        **against_jax(times),
         "library_s": times["library"],
-        "speedup": times["jax"] / times["eqsat"],
         "vs_library": times["library"] / times["eqsat"],
-        "noise": times["jax"] / times["jax_again"],
         "kernel": _kernel(variants["eqsat"], args),
         "max_abs_error": errors["eqsat"],
         "library_max_abs_error": errors["library"],
@@ -110,14 +107,7 @@ def measure_model(name: str, make: Callable[[], Any]) -> dict[str, Any]:
         {"eqsat": lambda: ours(*args), "jax": lambda: plain(*args), "jax_again": lambda: again(*args)},
         REPEATS,
     )
-    return {
-        "case": name,
-        "eqsat_s": times["eqsat"],
-        "jax_s": times["jax"],
-        "speedup": times["jax"] / times["eqsat"],
-        "noise": times["jax"] / times["jax_again"],
-        "max_abs_error": error,
-    }
+    return {"case": name, **against_jax(times), "max_abs_error": error}
 
 
 def _layer_norm(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
