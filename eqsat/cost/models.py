@@ -112,8 +112,8 @@ def phases(
     the op's arithmetic, its operands read and its result written once."""
     io = float(sum(t.nbytes for t in inputs) + output.nbytes)
     if op == OPAQUE:
-        own = OPAQUE_KERNELS.get(str(attrs.get("op")))
-        return [own(inputs, output) if own else Kernel(float(output.size), io)]
+        lookup = OPAQUE_KERNELS.get(str(attrs.get("op")))
+        return [lookup(inputs, output) if lookup else Kernel(float(output.size), io)]
     own = OPS[op].cost_phases(inputs, output, attrs)
     if device is None or op not in device.kernels or not own:
         return own

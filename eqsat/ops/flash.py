@@ -84,7 +84,7 @@ class Masking:
     zero_masked: bool = False
     divisor: float = 1.0
     softcap: float = 0.0
-    product_dtype: str = "float32"
+    product_dtype: str | None = None  # None: scores_dtype
 
     def visible(self, p: Array, keep: Opt) -> Array:
         """The probabilities that multiply v: with ``zero_masked``, those of masked keys are 0."""
@@ -109,7 +109,11 @@ class Masking:
         """``scores``, and the soft-cap's derivative ``1 - tanh²`` at each score (None without a cap):
         the backward pass's chain rule through the cap."""
         dtype = jnp.dtype(self.scores_dtype)
-        s = product("...qd,...kd->...qk", q, k, k.dtype, dtype).astype(self.product_dtype).astype(dtype)
+        s = (
+            product("...qd,...kd->...qk", q, k, k.dtype, dtype)
+            .astype(self.product_dtype or dtype)
+            .astype(dtype)
+        )
         if self.scale != 1:
             s = s * jnp.asarray(self.scale, dtype)
         if self.divisor != 1:
