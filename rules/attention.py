@@ -50,6 +50,7 @@ from .terms import (
     half_float,
     shape_of,
     vec,
+    wide_float,
 )
 
 F32 = "float32"
@@ -222,14 +223,26 @@ RULES = [
         "scores-of-widened-operands",
         "the scaled product of q and k cast to a wider float dtype is the product of q and k accumulated "
         "in it (each product of narrower floats is exact in the wider one: flax's promote_dtype)",
-        (
+        tuple(
             Variant(
                 Scores(Cast("q", dtype="ds"), Cast("k", dtype="ds"), "b", **_SCORES_ATTRS),
                 Scores("q", "k", "b", **_SCORES_ATTRS),
-                (equal(dtype_of("q"), dtype_of("k")), half_float(dtype_of("q")), equal("ds", F32)),
-            ),
+                (equal(dtype_of("q"), dtype_of("k")), *widening),
+            )
+            # the casts keep every product exact: half precision to float32 or float64, float32 to
+            # float64, or no cast at all
+            for widening in (
+                (half_float(dtype_of("q")), wide_float("ds")),
+                (equal(dtype_of("q"), F32), equal("ds", "float64")),
+                (equal(dtype_of("q"), "ds"),),
+            )
         ),
-        functools.partial(_example, dq="bfloat16", ds=F32),
+        _example,
+        cases=(
+            {"dq": "bfloat16", "ds": F32},
+            {"dq": "float16", "ds": "float64"},
+            {"dq": F32, "ds": "float64"},
+        ),
     ),
     Rule(
         "scores-scale",
