@@ -15,14 +15,15 @@ import numpy as np
 
 from eqsat.cache import ProgramCache, bind, optimization_key, uncacheable
 from eqsat.config import config
+from eqsat.control_flow import Cond, Loop
 from eqsat.cost import CostModel, get_cost_model
 from eqsat.deadline import Deadline, TimeLimit
-from eqsat.egraph import REWRITES, Encoding, Serialized, decode, encode, extract_with_egglog
+from eqsat.egglog_text import REWRITES
+from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog
 from eqsat.errors import ShapeError
 from eqsat.extract import TIE_BREAK, Choice, alternatives, greedy_dag, greedy_tree, ilp, taken_together
 from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
-from eqsat.lowering.control_flow import Cond, Loop
 from eqsat.ops import OPS
 from eqsat.progress import ProgressBar
 from eqsat.repeats import Repeats, find_repeats

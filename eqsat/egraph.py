@@ -12,65 +12,28 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from eqsat.egglog_text import ANALYSIS, REWRITES, literal, needs_opaque, negative_zero, tlist
 from eqsat.errors import EqsatError, ShapeError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
-from eqsat.ops import EGG_SORT, FLOAT_DTYPES, OPAQUE, OPS, VARIADIC, OpDef, folds
+from eqsat.ops import EGG_SORT, FLOAT_DTYPES, OPS, VARIADIC, OpDef, folds
 from eqsat.ranges import DECLARATIONS as RANGE_DECLARATIONS
 from eqsat.ranges import parameter_ranges
-from eqsat.shapes import MAX_RANK
 from eqsat.stacking import Alternative
 
 if TYPE_CHECKING:
     from egglog import bindings  # imported where used: a first call that hits the cache needs no egglog
 
-ANALYSIS = "analysis"
-REWRITES = "rewrites"
 # egglog's Rust core logs every command at INFO through Python's logging: where another library (Paddle)
 # has set the root logger to INFO, that is megabytes of stderr. Its loggers stay at WARNING unless the
 # user set a level of their own.
 for _name in ("egglog", "egglog_bridge", "egglog_experimental"):
     if logging.getLogger(_name).level == logging.NOTSET:
         logging.getLogger(_name).setLevel(logging.WARNING)
-
-
-# Helper relations some rules need (installed with them, as their prelude), filled by the analysis.
-# ``(constant-weight w)``: w is a leaf (a parameter, an input) or a constant fill, not a computed value.
-CONSTANT_WEIGHT = (
-    "(relation constant-weight (Tensor))",
-    f"(rule ((= w (Input n))) ((constant-weight w)) :ruleset {ANALYSIS})",
-    f"(rule ((= w (Full s v d))) ((constant-weight w)) :ruleset {ANALYSIS})",
-)
-
-
-def _closure(relation: str, leaves: tuple[str, ...], other: str) -> tuple[str, ...]:
-    """``(relation t)`` for the leaf patterns, and through reshapes, casts, roots and arithmetic: a
-    unary op of a term in the relation, a binary op of one (either side) and a term in ``other``."""
-    facts = [f"(rule ((= t {leaf})) (({relation} t)) :ruleset {ANALYSIS})" for leaf in leaves]
-    facts += [
-        f"(rule ((= t {term}) ({relation} a)) (({relation} t)) :ruleset {ANALYSIS})"
-        for term in ("(Reshape a s)", "(Cast a s)", "(Sqrt a)", "(Rsqrt a)")
-    ]
-    facts += [
-        f"(rule ((= t ({op} {x} {y})) ({relation} a) ({other} b)) (({relation} t)) :ruleset {ANALYSIS})"
-        for op in ("Add", "Sub", "Mul", "Div")
-        for x, y in (("a", "b"), ("b", "a"))
-    ]
-    return (f"(relation {relation} (Tensor))", *facts)
-
-
-# ``(constant-value t)``: t is computed from leaves (parameters, constants) only: folding it into a
-# weight costs nothing at run time.
-CONSTANT_VALUE = _closure("constant-value", ("(Input n)", "(Full s v d)"), "constant-value")
-# ``(parameter-value t)``: t is computed from leaves only, at least one of them a parameter or input
-# (not from constant fills alone: a product of two literals such as 1e-30 * 1e-30 can underflow, which
-# the rules on literals guard by their magnitude).
-PARAMETER_VALUE = (*CONSTANT_VALUE, *_closure("parameter-value", ("(Input n)",), "constant-value"))
 
 
 def var(attr: str) -> str:
@@ -163,43 +126,6 @@ def schema() -> str:
     return "\n".join(lines)
 
 
-def literal(value: Any) -> str:
-    """An attribute value as an egglog literal."""
-    if isinstance(value, tuple):
-        return f"(vec-of {' '.join(map(str, value))})" if value else "(vec-empty)"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "NaN"
-        return repr(value).replace("e+", "e")
-    if isinstance(value, str):
-        return json.dumps(value)
-    return str(int(value))
-
-
-def _negative_zero(value: Any) -> bool:
-    return isinstance(value, float) and value == 0.0 and math.copysign(1.0, value) < 0
-
-
-def needs_opaque(op: Op) -> bool:
-    """Encoded as opaque: canonical ops whose rank-dependent rules were not generated, and ops with a
-    -0.0 attribute (egglog's f64 equates -0.0 with 0.0, so the sign of zero would be lost)."""
-    if op.name == OPAQUE:
-        return True
-    spec = OPS[op.name]
-    ranks = [v.type.rank for v in (*op.inputs, *op.outputs)]
-    if spec.shape.rank_bounded and max(ranks, default=0) > MAX_RANK:
-        return True
-    return op.name != "full" and any(_negative_zero(v) for v in op.attrs.values())
-
-
-def tlist(names: list[str]) -> str:
-    """A TList of tensor terms."""
-    out = "(TNil)"
-    for n in reversed(names):
-        out = f"(TCons {n} {out})"
-    return out
-
-
 @dataclass
 class Encoding:
     """A program encoded as egglog commands, with what is needed to decode extracted terms."""
@@ -261,7 +187,7 @@ def encode(program: Program, typed: bool = True, alternatives: Sequence[Alternat
         ins = [tlist(args)] if spec.arity == VARIADIC else args
         attrs = {a.name: literal(op.attrs[a.name]) for a in spec.attrs}
         names[id(op.output)] = name = f"$v{len(names)}"
-        if op.name == "full" and _negative_zero(op.attrs["value"]):  # -0.0 is -(0.0), exactly
+        if op.name == "full" and negative_zero(op.attrs["value"]):  # -0.0 is -(0.0), exactly
             cmds.append(f"(let {name} (Neg (Full {attrs['shape']} 0.0 {attrs['dtype']})))")
         else:
             cmds.append(f"(let {name} ({spec.ctor} {' '.join([*ins, *attrs.values()])}))")

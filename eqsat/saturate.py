@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from eqsat.config import config
 from eqsat.deadline import Deadline
-from eqsat.egraph import ANALYSIS, REWRITES, TENSOR_CTORS, new_egraph
+from eqsat.egglog_text import ANALYSIS, REWRITES
+from eqsat.egraph import TENSOR_CTORS, new_egraph
 from eqsat.rules import Rule
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ import jax
 import numpy as np
 
 from eqsat.cost.models import NodeCount
-from eqsat.egraph import Encoding, Serialized, decode, literal, new_egraph
+from eqsat.egglog_text import literal
+from eqsat.egraph import Encoding, Serialized, decode, new_egraph
 from eqsat.errors import EqsatError, MiscompileError, ShapeError
 from eqsat.extract import greedy_dag
 from eqsat.ir import FLOAT_DTYPES, Program, TensorType, Value

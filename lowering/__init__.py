@@ -14,12 +14,15 @@ from typing import Any
 import jax
 import numpy as np
 
+from eqsat.control_flow import Cond, Loop
 from eqsat.errors import UnsupportedError
 from eqsat.ir import Op, Program, Value
 from eqsat.ops import OPS, Lowering
 from eqsat.ops.linear import matmul_of_transposed
 from eqsat.ops.opaque import OPAQUE_LOWERINGS, RESULT_TYPES, register_opaque
 from eqsat.types import FLOAT_DTYPES, OPAQUE
+
+from .control_flow import run_cond, run_loop
 
 __all__ = [
     "LOWERINGS",
@@ -40,8 +43,13 @@ def opaque_lowering(name: str) -> Lowering | None:
 
 
 def _meaning(op: Op) -> Lowering:
-    """What opaque ``op`` runs as: its payload (a JAX primitive) or its registered meaning, bound to its
+    """What opaque ``op`` runs as: its payload (a JAX primitive, or control flow: ``.control_flow``) or
+    its registered meaning, bound to its
     attributes; ``UnsupportedError`` naming it if it has neither."""
+    if isinstance(op.payload, Cond):
+        return functools.partial(run_cond, op.payload, lower)
+    if isinstance(op.payload, Loop):
+        return functools.partial(run_loop, op.payload, lower)
     if op.payload is not None:
         return op.payload
     name = str(op.attrs.get("op", ""))

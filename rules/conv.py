@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eqsat.egraph import CONSTANT_VALUE, CONSTANT_WEIGHT
+from eqsat.egglog_text import CONSTANT_VALUE, CONSTANT_WEIGHT
 from eqsat.ir import TensorType
 from eqsat.ops.conv import ALGORITHMS, CONV_AXES, LAYOUTS
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eqsat.egraph import CONSTANT_WEIGHT
+from eqsat.egglog_text import CONSTANT_WEIGHT
 from eqsat.ir import Program, TensorType
 from eqsat.shapes import MAX_RANK
 from eqsat.stacking import stacked_products

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from eqsat.egraph import PARAMETER_VALUE
+from eqsat.egglog_text import PARAMETER_VALUE
 from eqsat.ir import TensorType
 from eqsat.ops.conv import CONV_AXES, LAYOUTS
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eqsat.egraph import ANALYSIS, literal
+from eqsat.egglog_text import ANALYSIS, literal
 from eqsat.ranges import HI, LO, TINY
 
 from .terms import Add, Cast, Div, Expand, Full, Mul, Neg, Reshape, Rsqrt, Sqrt, Sub, Term, Transpose

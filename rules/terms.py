@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from eqsat.egraph import literal, tlist
+from eqsat.egglog_text import literal, tlist
 from eqsat.ops import ACCUMULATE, LIKE_INPUT, OPS, VARIADIC, Attr, OpDef
 from eqsat.ops.base import LIKE_ATTRIBUTE
 from eqsat.types import DTYPES
@@ -110,7 +110,7 @@ def _relation(name: str, doc: str) -> Callable[[Term], Term]:
 
 
 # Relations over dtypes (the analysis module fills them for every dtype) and over tensors (installed
-# with the rules that need them: ``eqsat.egraph.CONSTANT_WEIGHT``, ``CONSTANT_VALUE``,
+# with the rules that need them: ``eqsat.egglog_text.CONSTANT_WEIGHT``, ``CONSTANT_VALUE``,
 # ``PARAMETER_VALUE``).
 float_dtype = _relation("float-dtype", "The dtype ``d`` is a floating-point dtype.")
 wide_float = _relation("wide-float", "The dtype ``d`` is float32 or float64.")

@@ -20,7 +20,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from eqsat.egraph import literal, needs_opaque, tlist
+from eqsat.egglog_text import literal, needs_opaque, tlist
 from eqsat.errors import EqsatError, UnsupportedError
 from eqsat.frontend.builder import Builder
 from eqsat.frontend.jax import from_jax

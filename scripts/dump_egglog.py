@@ -3,7 +3,8 @@ refactoring of ops or rules must leave unchanged (compare two runs with diff).""
 
 from __future__ import annotations
 
-from eqsat.egraph import REWRITES, schema
+from eqsat.egglog_text import REWRITES
+from eqsat.egraph import schema
 from eqsat.rules import select
 
 

@@ -103,3 +103,49 @@ def test_no_import_cycles():
     graph = _graph()
     graph = {k: {t for t in v if t != "eqsat"} for k, v in graph.items() if k != "eqsat"}
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen - {"eqsat"}:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+LAYERS = (
+    ("ops", ("eqsat.ops",)),
+    ("rules", ("eqsat.rules",)),
+    ("egraph", ("eqsat.egraph",)),
+    ("extract", ("eqsat.extract",)),
+    ("api", ("eqsat.api", "eqsat.jit", "eqsat.cli")),
+)
+"""Lowest first: no module of a layer imports, even through others, a module of a layer above it."""
+
+
+def _in(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(_inside(module, p) for p in prefixes)
+
+
+def test_lower_layers_never_import_higher_ones():
+    graph = _graph()
+    wrong = []
+    for i, (layer, prefixes) in enumerate(LAYERS):
+        above = [p for _, higher in LAYERS[i + 1 :] for p in higher]
+        for module in (m for m in graph if _in(m, prefixes)):
+            wrong += [f"{module} ({layer}) -> {t}" for t in sorted(_reach(graph, module)) if _in(t, above)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_frontends_never_import_a_lowering():
+    graph = _graph()
+    wrong = [
+        f"{module} -> {t}"
+        for module in graph
+        if _in(module, ("eqsat.frontend",))
+        for t in sorted(_reach(graph, module))
+        if _in(t, ("eqsat.lowering",))
+    ]
+    assert not wrong, "\n".join(wrong)

@@ -3,9 +3,9 @@ around it, the op run as ``lax.cond`` / ``lax.while_loop``."""
 
 from __future__ import annotations
 
+from eqsat.control_flow import Cond, Loop
 from eqsat.errors import ParseError
 from eqsat.ir import Op, Value
-from eqsat.lowering.control_flow import Cond, Loop
 from eqsat.ops import OPAQUE
 from eqsat.text import (
     Line,
