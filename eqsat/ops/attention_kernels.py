@@ -191,7 +191,7 @@ def _scores_bias(call: Call, bias: Array) -> Array:
 
 def _cudnn(call: Call, q: Array, k: Array, v: Array, bias: Array | None, interpreted: bool) -> Array:
     """(B, N, S, D) -> cuDNN's (B, S, N, D); k and v keep one head for all when they have one."""
-    shared = k.shape[1] == 1 and k.shape[0] == q.shape[0]
+    shared = all(t.shape[:2] == (q.shape[0], 1) for t in (k, v))  # one kv head for all: cuDNN's MQA
     k, v = (t if shared else jnp.broadcast_to(t, (*q.shape[:2], *t.shape[2:])) for t in (k, v))
     full = None if bias is None else jnp.broadcast_to(bias, (*q.shape[:-1], k.shape[-2]))
     query, key, value = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))
