@@ -322,13 +322,19 @@ def _slice(
         raise ShapeError("strided slice")
     x = ins[0]
     for axis, (lo, hi) in enumerate(zip(start_indices, limit_indices, strict=True)):
-        size = x.type.shape[axis]
-        if (lo, hi) != (0, size):
-            sizes = tuple(s for s in (lo, hi - lo, size - hi) if s) if hi > lo else ()
-            if not sizes:
-                raise ShapeError("empty slice")
-            x = t.op("split", x, axis=axis, sizes=sizes, index=1 if lo else 0)
+        x = _window(t, x, axis, lo, hi)
     return [x]
+
+
+def _window(t: _Tracer, x: Value, axis: int, lo: int, hi: int) -> Value:
+    """``x[lo:hi]`` along ``axis``: the middle piece of a split (``x`` itself where that is all)."""
+    size = x.type.shape[axis]
+    if (lo, hi) == (0, size):
+        return x
+    sizes = tuple(s for s in (lo, hi - lo, size - hi) if s) if hi > lo else ()
+    if not sizes:
+        raise ShapeError("empty slice")
+    return t.op("split", x, axis=axis, sizes=sizes, index=1 if lo else 0)
 
 
 def _select_n(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
@@ -386,19 +392,13 @@ def _tile(t: _Tracer, ins: list[Value], *, reps: Sequence[int], **_: Any) -> lis
 def _unstack(t: _Tracer, ins: list[Value], *, axis: int, **_: Any) -> list[Value]:
     """``jnp.unstack``: the slices along ``axis``, each without it."""
     x = ins[0]
-    n, rest = x.type.shape[axis], x.type.shape[:axis] + x.type.shape[axis + 1 :]
-    outs = []
-    for i in range(n):
-        sizes = tuple(s for s in (i, 1, n - i - 1) if s)
-        piece = x if n == 1 else t.op("split", x, axis=axis, sizes=sizes, index=1 if i else 0)
-        outs.append(t.op("reshape", piece, shape=rest))
-    return outs
+    rest = x.type.shape[:axis] + x.type.shape[axis + 1 :]
+    return [t.op("reshape", _window(t, x, axis, i, i + 1), shape=rest) for i in range(x.type.shape[axis])]
 
 
 def _stack(t: _Tracer, ins: list[Value], *, axis: int, **_: Any) -> list[Value]:
     """``jnp.stack``: each operand with a unit ``axis``, concatenated along it."""
-    shape = ins[0].type.shape
-    spread = [t.op("reshape", v, shape=(*shape[:axis], 1, *shape[axis:])) for v in ins]
+    spread = [t.op("reshape", v, shape=_unit_axis(v.type.shape, axis)) for v in ins]
     return [spread[0] if len(spread) == 1 else t.op("concat", *spread, axis=axis)]
 
 
@@ -522,14 +522,8 @@ def _outer(t: _Tracer, x: Value, y: Value, batch: tuple[Sequence[int], Sequence[
     xs, ys = x.type.shape, y.type.shape
     x_shape = (*(xs[i] for i in lb), *(xs[i] for i in lf), *(1 for _ in rf))
     y_shape = (*(ys[i] for i in rb), *(1 for _ in lf), *(ys[i] for i in rf))
-    operands = []
-    for v, order, shape in ((x, [*lb, *lf], x_shape), (y, [*rb, *rf], y_shape)):
-        if order != list(range(v.type.rank)):
-            v = t.op("transpose", v, perm=tuple(order))
-        if v.type.shape != shape:
-            v = t.op("reshape", v, shape=shape)
-        operands.append(v if v.type.dtype == dtype else t.op("cast", v, dtype=dtype))
-    return t.op("mul", *operands)
+    operands = [_arrange(t, x, [*lb, *lf], x_shape), _arrange(t, y, [*rb, *rf], y_shape)]
+    return t.op("mul", *(v if v.type.dtype == dtype else t.op("cast", v, dtype=dtype) for v in operands))
 
 
 _LAYOUT_OF_DATA = {(0, 1, 2, 3): "NCHW", (0, 3, 1, 2): "NHWC", (0, 1, 2): "NCHW", (0, 2, 1): "NHWC"}
