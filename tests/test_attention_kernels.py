@@ -130,8 +130,9 @@ def _check(on, expected_kernel, shape, dtype, *, kv_heads=None, bias=None, devic
 
     with contextlib.nullcontext() if device else kernels.interpret(on):
         scale = attrs["scale"] / attrs.get("divisor", 1.0)
+        precision = {"scores_dtype": "float32", "softmax_dtype": "float32", "shifted": 1}
         call = kernel_call(
-            q, k, v, bias and b, None, scale, attrs["fill"], attrs["causal"], "float32", "float32", 1
+            q, k, v, bias and b, None, scale=scale, fill=attrs["fill"], causal=attrs["causal"], **precision
         )
         assert kernels.route(call).kernel == expected_kernel, kernels.route(call)
         got = outputs(flash_attention, (q, k, v, b))

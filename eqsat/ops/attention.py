@@ -44,7 +44,7 @@ from .base import (
     like,
     product_kind,
 )
-from .flash import Blocks, Masking, blocked_attention, flash_blocks, flash_key_blocks
+from .flash import Blocks, Masking, blocked_attention, flash_blocks, flash_key_blocks, soft_cap
 from .linear import matmul
 from .reduce import softmax
 
@@ -138,8 +138,7 @@ def _scores(
     if divisor != 1:
         s = s / jnp.asarray(divisor, s.dtype)
     if softcap:
-        cap = jnp.asarray(softcap, s.dtype)
-        s = jnp.tanh(s / cap) * cap
+        s = soft_cap(s, softcap)[0]
     return s if _known(bias, 0) else s + bias
 
 
@@ -306,6 +305,7 @@ def kernel_call(
     v: Array,
     bias: Array | None,
     mask: Array | None,
+    *,
     scale: float,
     fill: float,
     causal: int,
@@ -313,23 +313,25 @@ def kernel_call(
     softmax_dtype: str,
     shifted: int,
     softcap: float = 0.0,
-    product_dtype: str = "float32",
+    product_dtype: str | None = None,
 ) -> kernels.Call:
     """What a backend's kernel needs to know of a ``flash_attention`` call (``bias`` and ``mask`` None
     where they are known to do nothing; ``scale`` with the divisor folded in)."""
-    bias_dtype = None if bias is None else str(bias.dtype)
-    precision = (scores_dtype, softmax_dtype, bool(shifted), softcap, product_dtype)
     return kernels.Call(
         q.shape,
         k.shape,
         v.shape,
         str(q.dtype),
-        bias_dtype,
-        mask is not None,
-        bool(causal),
-        fill,
-        scale,
-        *precision,
+        bias=None if bias is None else str(bias.dtype),
+        masked=mask is not None,
+        causal=bool(causal),
+        fill=fill,
+        scale=scale,
+        scores_dtype=scores_dtype,
+        softmax_dtype=softmax_dtype,
+        shifted=bool(shifted),
+        softcap=softcap,
+        product_dtype=product_dtype or scores_dtype,
     )
 
 
@@ -374,8 +376,21 @@ def flash_attention(
     b, m = _optional(bias, mask)
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
-    precision = (scores_dtype, softmax_dtype, shifted)
-    call = kernel_call(q, k, v, b, m, scale / divisor, fill, causal, *precision, softcap, product_dtype)
+    call = kernel_call(
+        q,
+        k,
+        v,
+        b,
+        m,
+        scale=scale / divisor,
+        fill=fill,
+        causal=causal,
+        scores_dtype=scores_dtype,
+        softmax_dtype=softmax_dtype,
+        shifted=shifted,
+        softcap=softcap,
+        product_dtype=product_dtype,
+    )
     fused = kernels.run(call, q, k, v, b)
     if fused is not None:  # the backend's own kernel takes it
         return fused

@@ -120,9 +120,8 @@ class Masking:
             s = s / jnp.asarray(self.divisor, dtype)
         slope = None
         if self.softcap:
-            cap = jnp.asarray(self.softcap, dtype)
-            t = jnp.tanh(s / cap)
-            s, slope = t * cap, 1 - jnp.square(t.astype(self.stats_dtype))
+            s, t = soft_cap(s, self.softcap)
+            slope = 1 - jnp.square(t.astype(self.stats_dtype))
         if bias is not None:
             s = s + bias.astype(dtype)
         rows = row0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 0)
@@ -192,6 +191,13 @@ class Blocks:
         if not self.masking.skips_blocks or queries % size or keys % size:
             return self
         return Blocks(self.masking, size, size, queries // size, keys // size)
+
+
+def soft_cap(s: Array, cap: float) -> tuple[Array, Array]:
+    """``cap · tanh(s / cap)`` in s's dtype (Gemma 2's logit soft-capping), and the ``tanh`` it took."""
+    c = jnp.asarray(cap, s.dtype)
+    t = jnp.tanh(s / c)
+    return t * c, t
 
 
 def product(spec: str, x: Array, y: Array, dtype: jnp.dtype, result: jnp.dtype | None = None) -> Array:
