@@ -261,24 +261,32 @@ def backend() -> str:
     return _INTERPRETED.get() or platform or jax.default_backend()
 
 
-def route(call: Call, on: str | None = None) -> Route:
-    """The first kernel of backend ``on`` (default: ``backend()``) that takes ``call``, else eqsat's
-    lowering (``"xla"``) with each kernel's reason."""
-    on = on or backend()
+def _taker(call: Call, on: str) -> tuple[AttentionKernel | None, tuple[tuple[str, str], ...]]:
+    """The first kernel of backend ``on`` that takes ``call`` (None: none does), and the reasons of
+    those tried before it."""
     refused: list[tuple[str, str]] = []
     for kernel in KERNELS.get(on, ()):
         why = kernel.refuse(call)
         if why is None:
-            return Route(kernel.name, tuple(refused))
+            return kernel, tuple(refused)
         refused.append((kernel.name, why))
-    return Route("xla", tuple(refused) or (("xla", f"no attention kernel on {on}"),))
+    return None, tuple(refused)
+
+
+def route(call: Call, on: str | None = None) -> Route:
+    """The first kernel of backend ``on`` (default: ``backend()``) that takes ``call``, else eqsat's
+    lowering (``"xla"``) with each kernel's reason."""
+    on = on or backend()
+    kernel, refused = _taker(call, on)
+    if kernel is not None:
+        return Route(kernel.name, refused)
+    return Route("xla", refused or (("xla", f"no attention kernel on {on}"),))
 
 
 def run(call: Call, q: Array, k: Array, v: Array, bias: Array | None) -> Array | None:
     """``call`` on its backend's kernel, or None where it goes to eqsat's lowering (or cuDNN, on a
     device, rejects what its documented limits allow)."""
-    chosen = route(call).kernel
-    kernel = next((c for cs in KERNELS.values() for c in cs if c.name == chosen), None)
+    kernel, _ = _taker(call, backend())
     if kernel is None:
         return None
     interpreted = _INTERPRETED.get() is not None
