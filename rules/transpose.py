@@ -79,22 +79,19 @@ def _through_binary(op: str) -> Rule:
     )
 
 
-def _scalar_through_binary(op: str) -> Rule:
+def _scalar_out_of_binary(op: str) -> Rule:
     make = constructor(op)
-    scalar = Full(shape="(vec-empty)", value="c", dtype="d")
+    scalar, moved = Full(shape="(vec-empty)", value="c", dtype="d"), Transpose("x", perm="p")
 
     def example(rng: Any) -> dict[str, Any]:
         ex = _rank_example(rng, "p", dtype=example_dtype(op))
         return {**ex, "c": 2.0, "d": ex["x"].dtype}
 
-    operands = ((Transpose("x", perm="p"), scalar), (scalar, Transpose("x", perm="p")))
+    pairs = ((make(moved, scalar), make("x", scalar)), (make(scalar, moved), make(scalar, "x")))
     return Rule(
         f"transpose-out-of-{op}-with-a-scalar",
         f"{op} of a transposed tensor and a scalar (either order) is the transpose of {op} of the two",
-        tuple(
-            Variant(make(*pair), Transpose(make(*(o if o == scalar else "x" for o in pair)), perm="p"))
-            for pair in operands
-        ),
+        tuple(Variant(lhs, Transpose(inner, perm="p")) for lhs, inner in pairs),
         example,
     )
 
@@ -319,7 +316,7 @@ RULES = [
     ),
     *(_through_unary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 1),
     *(_through_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
-    *(_scalar_through_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
+    *(_scalar_out_of_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
     Rule(
         "transpose-into-reduction",
         "a transposed reduction is the reduction of the transposed input (its reduced axis last)",
