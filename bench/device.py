@@ -34,23 +34,11 @@ import numpy as np
 import eqsat
 from bench.cnn import CASES as CNN_CASES
 from bench.common import against_jax, interleaved, max_abs_diff, write
-from bench.models import make_bert, make_gpt2_block
+from bench.long_context import attention
+from bench.models import layer_norm, make_bert, make_gpt2_block
 
 HEADS, HEAD_DIM = 8, 64
 REPEATS = 5
-
-
-def attention(causal: bool) -> Callable[..., jax.Array]:
-    """Self-attention as libraries write it, (B, S, H, D) in and out."""
-
-    def attend(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
-        if causal:
-            i = jnp.arange(q.shape[1])
-            s = jnp.where(i[:, None] >= i[None, :], s, -jnp.inf)
-        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
-
-    return attend
 
 
 def _library(causal: bool) -> Callable[..., jax.Array]:
@@ -110,11 +98,6 @@ def measure_model(name: str, make: Callable[[], Any]) -> dict[str, Any]:
     return {"case": name, **against_jax(times), "max_abs_error": error}
 
 
-def _layer_norm(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
-    mean = x.mean(-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(jnp.square(x - mean).mean(-1, keepdims=True) + 1e-5) * w + b
-
-
 def _rms_norm(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
     return x * jax.lax.rsqrt(jnp.square(x).mean(-1, keepdims=True) + 1e-5) * w + b
 
@@ -123,22 +106,21 @@ def measure_norm(name: str, rows: int, width: int) -> dict[str, Any]:
     """Pallas' GPU kernel for ``name`` against jax.jit of its formula (in interpret mode off a GPU)."""
     with warnings.catch_warnings():  # the modules warn that they moved to tokamax
         warnings.simplefilter("ignore", DeprecationWarning)
-        from jax.experimental.pallas.ops.gpu import layer_norm, rms_norm
+        from jax.experimental.pallas.ops.gpu import layer_norm as pallas_layer_norm
+        from jax.experimental.pallas.ops.gpu import rms_norm as pallas_rms_norm
         from jax.experimental.pallas.ops.gpu import softmax as pallas_softmax
 
     interpret = jax.default_backend() != "gpu"
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.normal(size=(rows, width)), jnp.bfloat16)
     w, b = jnp.ones(width, jnp.bfloat16), jnp.zeros(width, jnp.bfloat16)
-    pallas: dict[str, Callable[[], jax.Array]] = {
-        "layer_norm": lambda: layer_norm.layer_norm(x[None], w, b, interpret=interpret)[
-            0
-        ],  # (batch, seq, dim)
-        "rms_norm": lambda: rms_norm.rms_norm(x[None], w, b, interpret=interpret)[0],
+    pallas: dict[str, Callable[[], jax.Array]] = {  # the norms take (batch, seq, dim)
+        "layer_norm": lambda: pallas_layer_norm.layer_norm(x[None], w, b, interpret=interpret)[0],
+        "rms_norm": lambda: pallas_rms_norm.rms_norm(x[None], w, b, interpret=interpret)[0],
         "softmax": lambda: pallas_softmax.softmax(x, interpret=interpret),
     }
     formulas = {
-        "layer_norm": _layer_norm,
+        "layer_norm": layer_norm,
         "rms_norm": _rms_norm,
         "softmax": lambda x, w, b: jax.nn.softmax(x),
     }

@@ -44,12 +44,20 @@ REPEATS = 5
 Variants = dict[str, Callable[..., Any]]
 
 
-def causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-    """Causal self-attention as libraries write it: (B, S, H, D) in and out."""
-    s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
-    i = jnp.arange(q.shape[1])
-    s = jnp.where(i[:, None] >= i[None, :], s, -jnp.inf)
-    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+def attention(causal: bool) -> Callable[..., jax.Array]:
+    """Self-attention as libraries write it, causal or not: (B, S, H, D) in and out."""
+
+    def attend(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+        if causal:
+            i = jnp.arange(q.shape[1])
+            s = jnp.where(i[:, None] >= i[None, :], s, -jnp.inf)
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+    return attend
+
+
+causal_attention = attention(causal=True)
 
 
 def _attention_loss(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
