@@ -44,8 +44,7 @@ def opaque_lowering(name: str) -> Lowering | None:
 
 def _meaning(op: Op) -> Lowering:
     """What opaque ``op`` runs as: its payload (a JAX primitive, or control flow: ``.control_flow``) or
-    its registered meaning, bound to its
-    attributes; ``UnsupportedError`` naming it if it has neither."""
+    its registered meaning, bound to its attributes; ``UnsupportedError`` naming it if it has neither."""
     if isinstance(op.payload, Cond):
         return functools.partial(run_cond, op.payload, lower)
     if isinstance(op.payload, Loop):
