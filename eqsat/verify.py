@@ -64,7 +64,7 @@ def check_rule(
     Raises ``MiscompileError`` on disagreement and ``EqsatError`` if the rule does not fire.
     """
     rng = np.random.default_rng(seed)
-    bindings = rule.example(rng, **(case or {}))
+    bindings = rule.bindings(rng, **(case or {}))
     if dtype is not None:
         bindings = {k: _with_dtype(v, dtype) for k, v in bindings.items()}
     wide = any(getattr(v, "dtype", v) in ("float64", "int64", "uint64") for v in bindings.values())
@@ -168,7 +168,7 @@ def _check_proposal(
 def example_programs(rule: Rule, seed: int = 0) -> list[Program]:
     """The left-hand sides of ``rule``'s variants instantiated on its example (those it fits), each a
     program of the example's tensors."""
-    ex = _example(rule, rule.example(np.random.default_rng(seed)))
+    ex = _example(rule, rule.bindings(np.random.default_rng(seed)))
     _, lhs = _instantiate(new_egraph(), ex)
     return list(lhs.values())
 

@@ -17,31 +17,41 @@ from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant, both_ways, moderate, rand_perm, rule
 from .terms import (
+    SCALAR,
     Add,
     Div,
     Full,
     Matmul,
     Mul,
+    Operand,
     Pow,
     Scale,
     Transpose,
+    dim,
     dtype_of,
     equal,
     float_dtype,
+    get,
+    greater,
+    last_axis,
+    length,
+    rank,
     reassociable,
     shape_of,
+    var,
     vec,
     wide_float,
 )
 
 F32 = "float32"
-_FLAGS = {"transpose_x": "tx", "transpose_y": "ty", "dtype": "d"}
-_SCALAR = Full(shape="(vec-empty)", value="c", dtype="d")
+TX, TY = var("tx"), var("ty")  # a matmul's transpose flags
+_FLAGS = {"transpose_x": TX, "transpose_y": TY, "dtype": "d"}
+_SCALAR = Full(shape=SCALAR, value="c", dtype="d")
 
 
 def _same_rank(*names: str) -> tuple[str, ...]:
     first, *rest = names
-    return tuple(equal(f"(vec-length {shape_of(first)})", f"(vec-length {shape_of(n)})") for n in rest)
+    return tuple(equal(rank(first), rank(n)) for n in rest)
 
 
 def _contracts_over_several(b: str) -> tuple[str, ...]:
@@ -49,8 +59,8 @@ def _contracts_over_several(b: str) -> tuple[str, ...]:
     over one element is an outer product, which XLA computes as an elementwise multiply fused into its
     readers and recomputed in each, with other roundings (FMA contraction): reassociated to the end
     of a chain, a shift ``x - max(x)`` of its result came out positive and ``exp`` overflowed."""
-    last = f"(- (vec-length {shape_of(b)}) 1)"
-    return tuple(f"(> (vec-get {shape_of(b)} {i}) 1)" for i in (last, f"(- {last} 1)"))
+    last = last_axis(b)
+    return tuple(greater(dim(b, i), 1) for i in (last, last - 1))
 
 
 def _chain(rng: Any) -> dict[str, Any]:
@@ -85,18 +95,18 @@ def _swap(r: int) -> str:
 def _transpose_flags(r: int) -> tuple[Variant, ...]:
     """A matmul operand transposed by p is the operand transposed by p∘swap with its flag flipped
     (the operand itself, once transpose-identity removes p∘swap = identity)."""
-    swapped = vec(f"(vec-get p (vec-get {_swap(r)} {i}))" for i in range(r))
-    rank = equal("(vec-length p)", r)
+    swapped = vec(get("p", get(_swap(r), i)) for i in range(r))
+    of_rank = equal(length("p"), r)
     return (
         Variant(
             Matmul("x", Transpose("y", perm="p"), **_FLAGS),
-            Matmul("x", Transpose("y", perm=swapped), **{**_FLAGS, "transpose_y": "(- 1 ty)"}),
-            (rank,),
+            Matmul("x", Transpose("y", perm=swapped), **{**_FLAGS, "transpose_y": 1 - TY}),
+            (of_rank,),
         ),
         Variant(
             Matmul(Transpose("x", perm="p"), "y", **_FLAGS),
-            Matmul(Transpose("x", perm=swapped), "y", **{**_FLAGS, "transpose_x": "(- 1 tx)"}),
-            (rank,),
+            Matmul(Transpose("x", perm=swapped), "y", **{**_FLAGS, "transpose_x": 1 - TX}),
+            (of_rank,),
         ),
     )
 
@@ -106,7 +116,7 @@ def _plain(*names: str) -> tuple[str, ...]:
     return (equal("d", dtype_of(names[0])), reassociable("d"))
 
 
-def _scalable(x: str, *constants: str) -> tuple[str, ...]:
+def _scalable(x: str, *constants: Operand) -> tuple[str, ...]:
     """Guards: ``x`` is float32/float64 and every constant is of moderate magnitude."""
     return (wide_float(dtype_of(x)), *(f for c in constants for f in moderate(c)))
 
@@ -142,11 +152,11 @@ def _distribute(rng: Any) -> dict[str, Any]:
 def _transposed_product(r: int) -> Variant:
     """(a·b)ᵀ = bᵀ·aᵀ over the last two dims: a transpose p of a product is the transpose p∘swap of
     the swapped product (the identity, removed, when p swaps the last two dims)."""
-    composed = vec(f"(vec-get {_swap(r)} (vec-get p {i}))" for i in range(r))
+    composed = vec(get(_swap(r), get("p", i)) for i in range(r))
     return Variant(
         Transpose(Matmul("a", "b", transpose_x="tx", transpose_y="ty", dtype="d"), perm="p"),
-        Transpose(Matmul("b", "a", transpose_x="(- 1 ty)", transpose_y="(- 1 tx)", dtype="d"), perm=composed),
-        (equal("(vec-length p)", r),),
+        Transpose(Matmul("b", "a", transpose_x=1 - TY, transpose_y=1 - TX, dtype="d"), perm=composed),
+        (equal(length("p"), r),),
     )
 
 
@@ -158,8 +168,8 @@ def _product_example(rng: Any) -> dict[str, Any]:
 # What regrouping products of run-time data assumes (the new grouping's partial products are others)
 PRODUCTS_IN_RANGE = "the products of its inputs in either grouping stay in range"
 
-_ONE = Full(shape="(vec-empty)", value=1.0, dtype="d")  # a scalar one of x's dtype
-_TWO = Full(shape="(vec-empty)", value=2.0, dtype="d")
+_ONE = Full(shape=SCALAR, value=1.0, dtype="d")  # a scalar one of x's dtype
+_TWO = Full(shape=SCALAR, value=2.0, dtype="d")
 
 RULES = [
     Rule(
@@ -216,8 +226,8 @@ RULES = [
         "scale-compose",
         "two scales without bias are one scale by the product",
         Scale(Scale("x", scale="c"), scale="c2"),
-        Scale("x", scale="(* c c2)"),
-        *_scalable("x", "c", "c2", "(* c c2)"),
+        Scale("x", scale=var("c") * "c2"),
+        *_scalable("x", "c", "c2", var("c") * "c2"),
         example=_scaled,
         exact=False,
     ),
@@ -251,7 +261,7 @@ RULES = [
         "scalar-div-to-scale",
         "dividing by a scalar constant is a scale by its inverse (within 1 ulp; floats only)",
         Div("x", _SCALAR),
-        Scale("x", scale="(/ 1.0 c)"),
+        Scale("x", scale=1.0 / var("c")),
         *_scalable("x", "c"),
         example=lambda rng: {**_scaled(rng), "c": float(rng.uniform(0.5, 2.0))},
         exact=False,

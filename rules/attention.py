@@ -27,6 +27,7 @@ from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant
 from .terms import (
+    SCALAR,
     Add,
     Attention,
     Cast,
@@ -39,91 +40,114 @@ from .terms import (
     Le,
     MaskedSoftmax,
     Matmul,
+    Operand,
     Reshape,
     Scale,
     Scores,
     Tanh,
+    Var,
+    append,
     differ,
+    dim,
     dtype_of,
     equal,
     float_dtype,
+    get,
     half_float,
+    last_axis,
+    length,
+    rank,
+    set_item,
     shape_of,
+    var,
     vec,
     wide_float,
 )
 
 F32 = "float32"
-ZERO = Full(shape="(vec-empty)", value=0.0, dtype="ds")
-_ZERO_NARROW = Full(shape="(vec-empty)", value=0.0, dtype="dn")  # a no-bias of the narrower product
-TRUE = Full(shape="(vec-empty)", value=1.0, dtype="bool")
-_LAST = f"(- (vec-length {shape_of('q')}) 1)"
+# The attention ops' attributes as pattern variables (their example binds them by the same objects)
+SCALE, DIVISOR, SOFTCAP, FILL, AXIS = var("c"), var("cd"), var("cap"), var("f"), var("a")
+CAUSAL, ZERO_MASKED, SHIFTED = var("z"), var("zm"), var("sh")
+DTYPE, SCORES_DTYPE, SOFTMAX_DTYPE, PRODUCT_DTYPE = var("dq"), var("ds"), var("dm"), var("dp")
+NARROW_DTYPE = var("dn")  # a product rounded narrower than the scores
+CAP, INVERSE_CAP = var("t"), var("r")  # a soft-cap as written: t · tanh(s / t), or s · r with r = 1 / t
+ZERO = Full(shape=SCALAR, value=0.0, dtype=SCORES_DTYPE)
+_ZERO_NARROW = Full(shape=SCALAR, value=0.0, dtype=NARROW_DTYPE)  # a no-bias of the narrower product
+TRUE = Full(shape=SCALAR, value=1.0, dtype="bool")
+_LAST = last_axis("q")
 _ATTRS = {
-    "scale": "c",
-    "fill": "f",
-    "causal": "z",
-    "zero_masked": "zm",
-    "divisor": "cd",
-    "scores_dtype": "ds",
-    "softmax_dtype": "dm",
-    "shifted": "sh",
-    "softcap": "cap",
-    "product_dtype": "dp",
+    "scale": SCALE,
+    "fill": FILL,
+    "causal": CAUSAL,
+    "zero_masked": ZERO_MASKED,
+    "divisor": DIVISOR,
+    "scores_dtype": SCORES_DTYPE,
+    "softmax_dtype": SOFTMAX_DTYPE,
+    "shifted": SHIFTED,
+    "softcap": SOFTCAP,
+    "product_dtype": PRODUCT_DTYPE,
 }
-_SHIFTED = {**_ATTRS, "shifted": 1}  # streaming keeps a running max: flash attention's softmax is shifted
+_STREAMED = {**_ATTRS, "shifted": 1}  # streaming keeps a running max: flash attention's softmax is shifted
 
 
 def _scores(
     bias: str = "b",
-    scale: str | float = "c",
-    divisor: str | float = "cd",
-    softcap: str | float = "cap",
-    product: str = "dp",
-    dtype: str = "ds",
+    scale: Operand = SCALE,
+    divisor: Operand = DIVISOR,
+    softcap: Operand = SOFTCAP,
+    product: Operand = PRODUCT_DTYPE,
+    dtype: Operand = SCORES_DTYPE,
 ) -> str:
     return Scores(
         "q", "k", bias, scale=scale, divisor=divisor, dtype=dtype, softcap=softcap, product_dtype=product
     )
 
 
-_CAP = Full(shape="(vec-empty)", value="t", dtype="ds")
+_CAP = Full(shape=SCALAR, value=CAP, dtype=SCORES_DTYPE)
 # the scaled product's attributes, its product rounded to the scores' dtype
-_SCORES_ATTRS = {"scale": "c", "divisor": "cd", "dtype": "ds", "softcap": "cap", "product_dtype": "ds"}
+_SCORES_ATTRS = {
+    "scale": SCALE,
+    "divisor": DIVISOR,
+    "dtype": SCORES_DTYPE,
+    "softcap": SOFTCAP,
+    "product_dtype": SCORES_DTYPE,
+}
 
 
 def _fuse(cast: bool) -> Variant:
     """``masked_softmax(scores(q, k, b)) v``, the probabilities cast to q's dtype or already in it."""
-    probs = MaskedSoftmax(_scores(), "m", fill="f", zero_masked="zm", axis="a", dtype="dm", shifted="sh")
-    product = Matmul(Cast(probs, dtype="dq") if cast else probs, "v", dtype="dq")
-    out = f"(vec-set {shape_of('q')} {_LAST} (vec-get {shape_of('v')} {_LAST}))"
-    rank = f"(vec-length {shape_of('q')})"
+    probs = MaskedSoftmax(
+        _scores(), "m", fill=FILL, zero_masked=ZERO_MASKED, axis=AXIS, dtype=SOFTMAX_DTYPE, shifted=SHIFTED
+    )
+    product = Matmul(Cast(probs, dtype=DTYPE) if cast else probs, "v", dtype=DTYPE)
+    out = set_item(shape_of("q"), _LAST, dim("v", _LAST))
     guards = (
-        equal(rank, f"(vec-length {shape_of('k')})"),
-        equal(rank, f"(vec-length {shape_of('v')})"),
+        equal(rank("q"), rank("k")),
+        equal(rank("q"), rank("v")),
         equal(shape_of(product), out),  # k's and v's batch dims broadcast to q's, not beyond
-        equal("a", _LAST),
-        equal("dq", dtype_of("q")),
-        equal("dq", dtype_of("v")),
-        float_dtype("dq"),
+        equal(AXIS, _LAST),
+        equal(DTYPE, dtype_of("q")),
+        equal(DTYPE, dtype_of("v")),
+        float_dtype(DTYPE),
     )
     return Variant(product, Attention("q", "k", "v", "b", "m", **{**_ATTRS, "causal": 0}), guards)
 
 
-def _causal(rank: int, compare: str, reshaped: bool) -> Variant:
+def _causal(r: int, compare: str, reshaped: bool) -> Variant:
     """A mask ``row >= column`` over the last two dims (Sq, Sk) of the scores is the causal flag; its
     leading dims (any, reshaped or not) do not change its values."""
-    row, col = (Iota(shape="s", dimension=rank - i, dtype="d") for i in (2, 1))
+    row, col = (Iota(shape="s", dimension=r - i, dtype="d") for i in (2, 1))
     mask = Ge(row, col) if compare == "Ge" else Le(col, row)
     shapes = ("s", "s2") if reshaped else ("s",)
     if reshaped:
         mask = Reshape(mask, shape="s2")
-    sq, sk = (f"(vec-get {shape_of(t)} (- (vec-length {shape_of(t)}) 2))" for t in "qk")
-    fit = [equal(f"(vec-get {v} (- (vec-length {v}) 2))", sq) for v in shapes]
-    fit += [equal(f"(vec-get {v} (- (vec-length {v}) 1))", sk) for v in shapes]
+    sq, sk = (dim(t, rank(t) - 2) for t in "qk")
+    fit = [equal(get(v, length(v) - 2), sq) for v in shapes]
+    fit += [equal(get(v, length(v) - 1), sk) for v in shapes]
     return Variant(
         Attention("q", "k", "v", "b", mask, **{**_ATTRS, "causal": 0}),
         Attention("q", "k", "v", "b", TRUE, **{**_ATTRS, "causal": 1}),
-        (equal("(vec-length s)", rank), *fit),
+        (equal(length("s"), r), *fit),
     )
 
 
@@ -133,7 +157,7 @@ def _broadcasts() -> list[tuple[tuple[str, str], tuple[str, ...]]]:
         (("b", Expand("m", shape="se")), ()),
     ]
     for ones in range(1, MAX_RANK):
-        lead = {t: equal("s2", f"(vec-append {vec([1] * ones)} {shape_of(t)})") for t in "bm"}
+        lead = {t: equal("s2", append(vec([1] * ones), shape_of(t))) for t in "bm"}
         out.append(((Reshape("b", shape="s2"), "m"), (lead["b"],)))
         out.append((("b", Reshape("m", shape="s2")), (lead["m"],)))
     return out
@@ -144,7 +168,7 @@ _ATTENTION = Attention("q", "k", "v", "b", "m", **_ATTRS)
 _FLOAT32_SOFTMAX = Attention("q", "k", "v", "b", "m", **{**_ATTRS, "scores_dtype": F32, "softmax_dtype": F32})
 
 
-def _example(rng: Any, dq: str = F32, ds: str | None = None, dm: str | None = None) -> dict[str, Any]:
+def _example(rng: Any, dq: str = F32, ds: str | None = None, dm: str | None = None) -> dict[str | Var, Any]:
     """q, k, v of dtype ``dq``, scores of ``ds``, a softmax in ``dm`` (both default to ``dq``)."""
     ds = ds or dq
     b, h, s, d = 1, int(rng.integers(1, 3)), int(rng.integers(2, 7)), int(rng.integers(1, 5))
@@ -156,24 +180,24 @@ def _example(rng: Any, dq: str = F32, ds: str | None = None, dm: str | None = No
         "v": TensorType((b, h, s, d), dq),
         "b": TensorType(tuple(int(x) for x in mask), ds),
         "m": TensorType(scores, "bool"),
-        "c": float(rng.uniform(0.1, 1.0)),
-        "f": float(rng.choice([-1e9, float(np.finfo(np.float32).min), -np.inf])),
+        SCALE: float(rng.uniform(0.1, 1.0)),
+        FILL: float(rng.choice([-1e9, float(np.finfo(np.float32).min), -np.inf])),
         "sf": scores,
         "se": scores,
         "s": (s, s),
         "s2": (1, s, s),
-        "a": 3,
-        "dq": dq,
-        "ds": ds,
-        "dm": dm or ds,
+        AXIS: 3,
+        DTYPE: dq,
+        SCORES_DTYPE: ds,
+        SOFTMAX_DTYPE: dm or ds,
         "d": "int32",
-        "z": int(rng.integers(0, 2)),
-        "zm": int(rng.integers(0, 2)),
-        "cd": float(rng.choice([1.0, float(np.sqrt(8)), 3.0])),
-        "sh": int(rng.integers(0, 2)),
-        "cap": float(rng.choice([0.0, 0.5, 50.0])),
-        "dp": str(rng.choice([ds, "bfloat16"])),
-        "t": float(rng.choice([0.5, 50.0])),
+        CAUSAL: int(rng.integers(0, 2)),
+        ZERO_MASKED: int(rng.integers(0, 2)),
+        DIVISOR: float(rng.choice([1.0, float(np.sqrt(8)), 3.0])),
+        SHIFTED: int(rng.integers(0, 2)),
+        SOFTCAP: float(rng.choice([0.0, 0.5, 50.0])),
+        PRODUCT_DTYPE: str(rng.choice([ds, "bfloat16"])),
+        CAP: float(rng.choice([0.5, 50.0])),
     }
 
 
@@ -199,9 +223,9 @@ RULES = [
         "q kᵀ is the scaled product with scale 1 and no bias (the form attention is recognized from)",
         (
             Variant(
-                Matmul("q", "k", transpose_y=1, dtype="ds"),
-                _scores(ZERO, 1.0, 1.0, 0.0, product="ds"),
-                (float_dtype("ds"),),
+                Matmul("q", "k", transpose_y=1, dtype=SCORES_DTYPE),
+                _scores(ZERO, 1.0, 1.0, 0.0, product=SCORES_DTYPE),
+                (float_dtype(SCORES_DTYPE),),
             ),
         ),
         _example,
@@ -212,12 +236,15 @@ RULES = [
         "second, rounded to the first on the way (HF Llama's bfloat16 q kᵀ cast to float32)",
         (
             Variant(
-                Cast(_scores(_ZERO_NARROW, 1.0, 1.0, 0.0, product="dn", dtype="dn"), dtype="ds"),
-                _scores(ZERO, 1.0, 1.0, 0.0, product="dn"),
-                (float_dtype("ds"), float_dtype("dn")),
+                Cast(
+                    _scores(_ZERO_NARROW, 1.0, 1.0, 0.0, product=NARROW_DTYPE, dtype=NARROW_DTYPE),
+                    dtype=SCORES_DTYPE,
+                ),
+                _scores(ZERO, 1.0, 1.0, 0.0, product=NARROW_DTYPE),
+                (float_dtype(SCORES_DTYPE), float_dtype(NARROW_DTYPE)),
             ),
         ),
-        lambda rng: {**_example(rng, dq="bfloat16", ds=F32), "dn": "bfloat16"},
+        lambda rng: {**_example(rng, dq="bfloat16", ds=F32), NARROW_DTYPE: "bfloat16"},
     ),
     Rule(
         "scores-of-widened-operands",
@@ -225,16 +252,16 @@ RULES = [
         "in it (each product of narrower floats is exact in the wider one: flax's promote_dtype)",
         tuple(
             Variant(
-                Scores(Cast("q", dtype="ds"), Cast("k", dtype="ds"), "b", **_SCORES_ATTRS),
+                Scores(Cast("q", dtype=SCORES_DTYPE), Cast("k", dtype=SCORES_DTYPE), "b", **_SCORES_ATTRS),
                 Scores("q", "k", "b", **_SCORES_ATTRS),
                 (equal(dtype_of("q"), dtype_of("k")), *widening),
             )
             # the casts keep every product exact: half precision to float32 or float64, float32 to
             # float64, or no cast at all
             for widening in (
-                (half_float(dtype_of("q")), wide_float("ds")),
-                (equal(dtype_of("q"), F32), equal("ds", "float64")),
-                (equal(dtype_of("q"), "ds"),),
+                (half_float(dtype_of("q")), wide_float(SCORES_DTYPE)),
+                (equal(dtype_of("q"), F32), equal(SCORES_DTYPE, "float64")),
+                (equal(dtype_of("q"), SCORES_DTYPE),),
             )
         ),
         _example,
@@ -247,7 +274,7 @@ RULES = [
     Rule(
         "scores-scale",
         "the scaled product with scale 1 and no bias, scaled by c, is the scaled product with scale c",
-        (Variant(Scale(_scores(ZERO, 1.0, 1.0, 0.0), scale="c"), _scores(ZERO, "c", 1.0, 0.0)),),
+        (Variant(Scale(_scores(ZERO, 1.0, 1.0, 0.0), scale=SCALE), _scores(ZERO, SCALE, 1.0, 0.0)),),
         _example,
     ),
     Rule(
@@ -256,7 +283,7 @@ RULES = [
         "precision a division rounds unlike the product by its inverse, so it stays a division)",
         (
             Variant(
-                Div(_scores(ZERO, "c", 1.0, 0.0), Full(shape="(vec-empty)", value="cd", dtype="ds")),
+                Div(_scores(ZERO, SCALE, 1.0, 0.0), Full(shape=SCALAR, value=DIVISOR, dtype=SCORES_DTYPE)),
                 _scores(ZERO, softcap=0.0),
             ),
         ),
@@ -268,9 +295,9 @@ RULES = [
         "logit soft-capping), computed as written",
         (
             Variant(
-                Scale(Tanh(Div(_scores(ZERO, softcap=0.0), _CAP)), scale="t"),
-                _scores(ZERO, softcap="t"),
-                (differ("t", 0.0),),
+                Scale(Tanh(Div(_scores(ZERO, softcap=0.0), _CAP)), scale=CAP),
+                _scores(ZERO, softcap=CAP),
+                (differ(CAP, 0.0),),
             ),
         ),
         _example,
@@ -281,12 +308,12 @@ RULES = [
         "t (what a division by a power of two becomes; else r rounds, and so does the cap)",
         (
             Variant(
-                Scale(Tanh(Scale(_scores(ZERO, softcap=0.0), scale="r")), scale="t"),
-                _scores(ZERO, softcap="t"),
-                (differ("t", 0.0), equal("r", "(/ 1.0 t)")),
+                Scale(Tanh(Scale(_scores(ZERO, softcap=0.0), scale=INVERSE_CAP)), scale=CAP),
+                _scores(ZERO, softcap=CAP),
+                (differ(CAP, 0.0), equal(INVERSE_CAP, 1.0 / CAP)),
             ),
         ),
-        lambda rng: (lambda ex: {**ex, "r": 1.0 / ex["t"]})(_example(rng)),
+        lambda rng: (lambda ex: {**ex, INVERSE_CAP: 1.0 / ex[CAP]})(_example(rng)),
         exact=False,
     ),
     Rule(
@@ -311,8 +338,8 @@ RULES = [
         "attention-causal",
         "an iota mask keeping keys j <= query i is the causal flag",
         tuple(
-            _causal(rank, compare, reshaped)
-            for rank in range(2, MAX_RANK + 1)
+            _causal(r, compare, reshaped)
+            for r in range(2, MAX_RANK + 1)
             for compare in ("Ge", "Le")
             for reshaped in (False, True)
         ),
@@ -334,12 +361,12 @@ RULES = [
         "attention = flash_attention: the same (shifted) softmax in stats form, streamed over key blocks",
         (
             Variant(
-                Attention("q", "k", "v", "b", "m", **_SHIFTED),
-                FlashAttention("q", "k", "v", "b", "m", **_SHIFTED),
+                Attention("q", "k", "v", "b", "m", **_STREAMED),
+                FlashAttention("q", "k", "v", "b", "m", **_STREAMED),
             ),
             Variant(
-                FlashAttention("q", "k", "v", "b", "m", **_SHIFTED),
-                Attention("q", "k", "v", "b", "m", **_SHIFTED),
+                FlashAttention("q", "k", "v", "b", "m", **_STREAMED),
+                Attention("q", "k", "v", "b", "m", **_STREAMED),
             ),
         ),
         _example,
@@ -351,8 +378,10 @@ RULES = [
         "half-precision scores and softmax computed in float32 instead (more precise than the program: "
         "off by default; outputs move by up to a few half-precision ulps, by O(1) where scores are large)",
         (
-            Variant(_ATTENTION, _FLOAT32_SOFTMAX, (half_float("ds"), differ("dm", "float64"))),
-            Variant(_ATTENTION, _FLOAT32_SOFTMAX, (equal("ds", F32), half_float("dm"))),
+            Variant(
+                _ATTENTION, _FLOAT32_SOFTMAX, (half_float(SCORES_DTYPE), differ(SOFTMAX_DTYPE, "float64"))
+            ),
+            Variant(_ATTENTION, _FLOAT32_SOFTMAX, (equal(SCORES_DTYPE, F32), half_float(SOFTMAX_DTYPE))),
         ),
         functools.partial(_example, dq="bfloat16"),
         exact=False,

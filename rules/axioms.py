@@ -25,9 +25,13 @@ from .terms import (
     Split,
     constructor,
     differ,
+    dim,
     dtype_of,
     equal,
+    get,
+    length,
     pair,
+    rank,
     reassociable,
     shape_of,
 )
@@ -91,7 +95,7 @@ def _matmul(x: str, y: str) -> str:
 
 
 def _rank2(x: str) -> str:
-    return equal(f"(vec-length {shape_of(x)})", 2)
+    return equal(rank(x), 2)
 
 
 _MATRICES = (_rank2("a"), _rank2("w"), equal("d", dtype_of("a")))
@@ -126,7 +130,7 @@ def _axiom(
 
 
 def _split_at_seam(index: int, part: str) -> Variant:
-    seam = (equal("(vec-length sizes)", 2), equal("(vec-get sizes 0)", f"(vec-get {shape_of('a')} ax)"))
+    seam = (equal(length("sizes"), 2), equal(get("sizes", 0), dim("a", "ax")))
     return Variant(Split(pair("a", "c", "ax"), axis="ax", sizes="sizes", index=index), part, seam)
 
 
@@ -248,8 +252,8 @@ RULES = [
                 pair(pair("a", "c", "j"), pair("b", "d", "j"), "i"),
                 (
                     differ("i", "j"),
-                    equal(f"(vec-get {shape_of('a')} i)", f"(vec-get {shape_of('c')} i)"),
-                    equal(f"(vec-get {shape_of('b')} i)", f"(vec-get {shape_of('d')} i)"),
+                    equal(dim("a", "i"), dim("c", "i")),
+                    equal(dim("b", "i"), dim("d", "i")),
                 ),
             ),
         ),

@@ -2,14 +2,15 @@
 constructors of ``eqsat.rules.terms``) and an example that ``eqsat.verify.check_rule`` instantiates on
 random data to check both sides agree.
 
-Pattern variables: tensors are bare names (``x``), attributes too (``p``); guards are egglog facts over
-them and the analyses ``(shape x)`` and ``(dtype x)``. A rule whose attribute arithmetic depends on a
-rank (composing permutations) is generated once per rank: one ``Rule``, several ``variants``.
+Pattern variables: tensors are bare names (``x``), attributes too (``p``); guards are facts over them
+and the analyses ``shape_of(x)`` and ``dtype_of(x)``, written with ``rules/terms.py``'s helpers. A
+rule whose attribute arithmetic depends on a rank (composing permutations) is generated once per
+rank: one ``Rule``, several ``variants``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,11 +19,12 @@ from eqsat.ops import OPS
 from eqsat.shapes import MAX_RANK
 from eqsat.stacking import Alternative
 
-from .terms import constructor
+from .terms import Operand, at_least, at_most, constructor, magnitude, rewrite_command, rule_command
 
-# ``example(rng, **case)``: bindings for a rule's variables; a case (one of ``Rule.cases``) picks what
-# the random example may not reach, such as one combination of the dtypes a rule keeps apart.
-Example = Callable[..., dict[str, Any]]
+# ``example(rng, **case)``: bindings for a rule's variables, by name or by ``Var``; a case (one of
+# ``Rule.cases``) picks what the random example may not reach, such as one combination of the dtypes a
+# rule keeps apart.
+Example = Callable[..., Mapping[Any, Any]]  # keys: str | Var
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,7 @@ class Variant:
         return (self.lhs,)
 
     def egglog(self, ruleset: str, name: str) -> str:
-        when = f" :when ({' '.join(self.when)})" if self.when else ""
-        return f'(rewrite {self.lhs} {self.rhs}{when} :ruleset {ruleset} :name "{name}")'
+        return rewrite_command(self.lhs, self.rhs, self.when, ruleset, name)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class MultiVariant:
     roots: tuple[str, ...]
 
     def egglog(self, ruleset: str, name: str) -> str:
-        return f'(rule ({" ".join(self.facts)}) ({" ".join(self.actions)}) :ruleset {ruleset} :name "{name}")'
+        return rule_command(self.facts, self.actions, ruleset, name)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,10 @@ class Rule:
     positive: tuple[str, ...] = ()
     proposal: Proposal | None = field(default=None, compare=False)
 
+    def bindings(self, rng: Any, **case: Any) -> dict[str, Any]:
+        """Its example's bindings, by variable name."""
+        return {str(name): value for name, value in self.example(rng, **case).items()}
+
     def egglog(self, ruleset: str) -> list[str]:
         many = len(self.variants) > 1
         return [
@@ -128,9 +133,9 @@ def rule(
 MODERATE = 2.0**20
 
 
-def moderate(c: str) -> tuple[str, ...]:
+def moderate(c: Operand) -> tuple[str, ...]:
     """Guard facts: the f64 constant ``c`` (a variable or expression) is of moderate magnitude."""
-    return f"(<= (abs {c}) {MODERATE!r})", f"(>= (abs {c}) {1 / MODERATE!r})"
+    return at_most(magnitude(c), MODERATE), at_least(magnitude(c), 1 / MODERATE)
 
 
 def per_rank(

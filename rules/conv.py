@@ -21,14 +21,17 @@ from eqsat.ops.conv import ALGORITHMS, CONV_AXES, LAYOUTS
 from .base import MultiVariant, Rule, Variant, both_ways, rand_shape
 from .ranges import RANGES, Magnitude, cancels_little, in_range
 from .terms import (
+    SCALAR,
     Add,
     BatchNorm,
     Concat,
     Conv2d,
     Conv2dBiasAct,
+    Expr,
     Full,
     Matmul,
     Mul,
+    Operand,
     Reshape,
     Rsqrt,
     Split,
@@ -41,9 +44,14 @@ from .terms import (
     differ,
     dtype_of,
     equal,
+    get,
+    length,
     pair,
     reassociable,
+    remove,
     shape_of,
+    union,
+    var,
     vec,
     wide_float,
 )
@@ -74,7 +82,7 @@ def _fold(layout: str) -> Variant:
     axes = CONV_AXES[layout]
     axis, kernel, channels = axes.channel, _along(4, axes.kernel_out), _along(4, axes.channel)
     conv = _conv("x", "w", layout)
-    factor = Mul("sc", Rsqrt(Add("v", Full(shape="(vec-empty)", value="eps", dtype="d"))))
+    factor = Mul("sc", Rsqrt(Add("v", Full(shape=SCALAR, value="eps", dtype="d"))))
     folded = _conv("x", Mul("w", Reshape(factor, shape=kernel)), layout)
     shift = Reshape(Sub("b", Mul("m", factor)), shape=channels)
     return Variant(
@@ -83,7 +91,7 @@ def _fold(layout: str) -> Variant:
         (
             equal("d", dtype_of("x")),
             wide_float("d"),
-            equal("o", f"(vec-get {shape_of(conv)} {axis})"),
+            equal("o", get(shape_of(conv), axis)),
             *(constant_value(t) for t in ("w", *_STATS)),
             *_FOLD_RANGES,
         ),
@@ -95,9 +103,9 @@ def _per_channel(rank: int, axis: int, *vectors: str) -> tuple[str, ...]:
     vector is of shape (o), ``s`` is the shape a vector is reshaped to to broadcast along ``axis``."""
     return (
         equal("sy", shape_of("y")),
-        equal("(vec-length sy)", rank),
+        equal(length("sy"), rank),
         wide_float(dtype_of("y")),
-        equal("o", f"(vec-get sy {axis})"),
+        equal("o", get("sy", axis)),
         *(equal(shape_of(v), vec(["o"])) for v in vectors),
         equal("s", _along(rank, axis)),
     )
@@ -123,7 +131,7 @@ def _written_out(rank: int, axis: int) -> tuple[Variant, ...]:
     ``layout.drop_unit_dims``)."""
 
     def rsqrt(v: str) -> str:
-        return Rsqrt(Add(v, Full(shape="(vec-empty)", value="eps", dtype="d")))
+        return Rsqrt(Add(v, Full(shape=SCALAR, value="eps", dtype="d")))
 
     factors = (
         Mul(rsqrt(Reshape("v", shape="s")), Reshape("sc", shape="s")),
@@ -190,10 +198,11 @@ def _unit_reshape(rng: Any) -> dict[str, Any]:
     return {"y": TensorType((1, *shape), F32), "s": shape, **vectors, "a": axis, "eps": 1e-5}
 
 
-def _conv(x: str, w: str, layout: str, groups: str | int = "g") -> str:
+def _conv(x: str, w: str, layout: str, groups: Operand = "g") -> str:
     return Conv2d(x, w, strides="st", padding="p", dilations="dl", groups=groups, layout=layout)
 
 
+G = var("g")  # a conv's groups
 _SAME = (equal(shape_of("a"), shape_of("b")), equal(shape_of("w"), shape_of("v")))
 
 
@@ -238,13 +247,13 @@ def _groups(layout: str) -> tuple[Variant, Variant]:
     return (
         Variant(
             pair(_conv("a", "w", layout), _conv("b", "v", layout), channel),
-            _conv(pair("a", "b", channel), pair("w", "v", out), layout, "(* 2 g)"),
+            _conv(pair("a", "b", channel), pair("w", "v", out), layout, 2 * G),
             _SAME,
         ),
         Variant(
             _conv(pair("a", "b", channel), pair("w", "v", out), layout),
-            pair(_conv("a", "w", layout, "(/ g 2)"), _conv("b", "v", layout, "(/ g 2)"), channel),
-            (*_SAME, "(= (% g 2) 0)"),
+            pair(_conv("a", "w", layout, G / 2), _conv("b", "v", layout, G / 2), channel),
+            (*_SAME, equal(G % 2, 0)),
         ),
     )
 
@@ -255,10 +264,10 @@ def _channel_sum(layout: str) -> tuple[Variant, ...]:
     channel, kin = CONV_AXES[layout].channel, CONV_AXES[layout].kernel_in
     guards = (
         *(equal(f"s{t}", shape_of(t)) for t in "abwv"),
-        *(equal(f"(vec-get sa {i})", f"(vec-get sb {i})") for i in range(4) if i != channel),
-        *(equal(f"(vec-get sw {i})", f"(vec-get sv {i})") for i in range(4) if i != kin),
-        equal(f"(vec-get sa {channel})", f"(vec-get sw {kin})"),
-        equal(f"(vec-get sb {channel})", f"(vec-get sv {kin})"),
+        *(equal(get("sa", i), get("sb", i)) for i in range(4) if i != channel),
+        *(equal(get("sw", i), get("sv", i)) for i in range(4) if i != kin),
+        equal(get("sa", channel), get("sw", kin)),
+        equal(get("sb", channel), get("sv", kin)),
         reassociable(dtype_of("a")),
     )
     return both_ways(
@@ -298,12 +307,10 @@ def _merge(n: int, layout: str) -> MultiVariant:
     facts = [equal(f"m{i}", term[i]) for i in idx]
     facts += [differ(f"w{i}", f"w{j}") for i in idx for j in idx if i < j]
     facts += [constant_weight(f"w{i}") for i in idx] + [equal(f"s{i}", shape_of(f"w{i}")) for i in idx]
-    facts += [
-        equal(f"(vec-get s1 {a})", f"(vec-get s{i} {a})") for i in idx[1:] for a in range(4) if a != out
-    ]
+    facts += [equal(get("s1", a), get(f"s{i}", a)) for i in idx[1:] for a in range(4) if a != out]
     merged = _conv("x", Concat(TList(*(f"w{i}" for i in idx)), axis=out), layout, 1)
-    sizes = vec(f"(vec-get s{i} {out})" for i in idx)
-    actions = tuple(f"(union m{i} {Split(merged, axis=channel, sizes=sizes, index=i - 1)})" for i in idx)
+    sizes = vec(get(f"s{i}", out) for i in idx)
+    actions = tuple(union(f"m{i}", Split(merged, axis=channel, sizes=sizes, index=i - 1)) for i in idx)
     return MultiVariant(tuple(facts), actions, tuple(term[i] for i in idx))
 
 
@@ -328,10 +335,10 @@ def _epilogue(layout: str) -> tuple[Variant, ...]:
     fused = _fused("none", layout)
     shaped = (
         equal("sy", shape_of(conv)),
-        equal("o", f"(vec-get sy {channel})"),
+        equal("o", get("sy", channel)),
         equal(shape_of("c"), vec(["o"])),
     )
-    unit = (*shaped, equal("(vec-get sy 0)", 1), equal("s2", "(vec-remove sy 0)"))
+    unit = (*shaped, equal(get("sy", 0), 1), equal("s2", remove("sy", 0)))
     viewed = (Reshape(conv, shape="s2"), Reshape(fused, shape="s2"))
     forms = [
         (conv, fused, Reshape("c", shape="s"), (*shaped, equal("s", _along(4, channel)))),
@@ -375,8 +382,8 @@ def _pointwise(x: str, w: str, layout: str) -> str:
     return Conv2d(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilations="dl", groups=1, layout=layout)
 
 
-def _dims(shape: str, *axes: int) -> list[str]:
-    return [f"(vec-get {shape} {a})" for a in axes]
+def _dims(shape: str, *axes: int) -> list[Expr]:
+    return [get(shape, a) for a in axes]
 
 
 # A dense conv as one product per tap only up to this many taps (3x3): beyond, im2col does the same
@@ -391,13 +398,13 @@ def _formulation(algorithm: str, layout: str) -> tuple[Variant, ...]:
     axes = CONV_AXES[layout]
     window = {"strides": "st", "padding": "p", "dilations": "dl", "groups": "g", "layout": layout}
     w = shape_of("w")
-    per_group = f"(vec-get {w} {axes.kernel_in})"
-    kh, kw = (f"(vec-get {w} {k})" for k in axes.kernel_spatial)
+    per_group = get(w, axes.kernel_in)
+    kh, kw = (get(w, k) for k in axes.kernel_spatial)
     dense: tuple[str, ...] = (differ(per_group, 1),)
     if algorithm == "im2col":
         cases = [dense]
     else:
-        cases = [(equal(per_group, 1),), (*dense, at_most(f"(* {kh} {kw})", MAX_PRODUCT_TAPS))]
+        cases = [(equal(per_group, 1),), (*dense, at_most(kh * kw, MAX_PRODUCT_TAPS))]
     direct = ALGORITHMS[0]
     conv = {a: Conv2d("x", "w", **window, algorithm=a) for a in (direct, algorithm)}
     fused = {a: Conv2dBiasAct("x", "w", "c", **window, act="act", algorithm=a) for a in (direct, algorithm)}
@@ -468,8 +475,8 @@ RULES = [
         (
             Variant(
                 BatchNorm(Reshape("y", shape="s"), *_STATS, epsilon="eps", axis="a"),
-                Reshape(BatchNorm("y", *_STATS, epsilon="eps", axis="(+ a 1)"), shape="s"),
-                (equal("sy", shape_of("y")), equal("(vec-get sy 0)", 1), equal("s", "(vec-remove sy 0)")),
+                Reshape(BatchNorm("y", *_STATS, epsilon="eps", axis=var("a") + 1), shape="s"),
+                (equal("sy", shape_of("y")), equal(get("sy", 0), 1), equal("s", remove("sy", 0))),
             ),
         ),
         _unit_reshape,
@@ -524,8 +531,8 @@ RULES = [
                 Matmul("xh", Reshape("wh", shape=vec(_dims("s", 2, 3))), dtype="d"),
                 (
                     equal("s", shape_of("wh")),
-                    equal("(vec-get s 0)", 1),
-                    equal("(vec-get s 1)", 1),
+                    equal(get("s", 0), 1),
+                    equal(get("s", 1), 1),
                     equal("d", dtype_of("xh")),
                     wide_float("d"),
                 ),
@@ -535,15 +542,15 @@ RULES = [
                 Reshape(
                     Matmul(
                         Reshape("w", shape=vec(_dims("s", 0, 1))),
-                        Reshape("x", shape=vec([*_dims("sx", 0, 1), "(* (vec-get sx 2) (vec-get sx 3))"])),
+                        Reshape("x", shape=vec([*_dims("sx", 0, 1), get("sx", 2) * get("sx", 3)])),
                         dtype="d",
                     ),
                     shape=vec([*_dims("sx", 0), *_dims("s", 0), *_dims("sx", 2, 3)]),
                 ),
                 (
                     equal("s", shape_of("w")),
-                    equal("(vec-get s 2)", 1),
-                    equal("(vec-get s 3)", 1),
+                    equal(get("s", 2), 1),
+                    equal(get("s", 3), 1),
                     equal("sx", shape_of("x")),
                     equal("d", dtype_of("x")),
                     wide_float("d"),

@@ -11,6 +11,7 @@ from eqsat.ir import TensorType
 
 from .base import Rule, Variant, rand_perm, rand_shape, rule
 from .terms import (
+    SCALAR,
     Add,
     Cast,
     Expand,
@@ -26,12 +27,17 @@ from .terms import (
     Sqrt,
     Sub,
     Transpose,
+    at_least,
+    at_most,
     differ,
     dtype_of,
     equal,
     float_dtype,
+    greater,
     int_dtype,
+    less,
     not_nan,
+    root,
     shape_of,
 )
 
@@ -87,9 +93,9 @@ RULES.append(
         "the square root of a constant is a constant: rounded once from float64, which is exact for "
         "every float dtype (float64 holds more than twice their precision)",
         Sqrt(_FULL),
-        Full(shape="s", value="(sqrt v)", dtype="d"),
+        Full(shape="s", value=root("v"), dtype="d"),
         float_dtype("d"),
-        "(>= v 0.0)",
+        at_least("v", 0.0),
         example=lambda rng: {"s": rand_shape(rng, 2), "v": float(rng.uniform(0.0, 100.0)), "d": "float32"},
     )
 )
@@ -103,7 +109,7 @@ def _mask_example(rng: Any) -> dict[str, Any]:
     return {"c": TensorType(shape, "bool"), "s": shape, "x": TensorType(shape, "int32"), "d": "int32"}
 
 
-_ZERO = Full(shape="(vec-empty)", value=0.0, dtype="d")
+_ZERO = Full(shape=SCALAR, value=0.0, dtype="d")
 RULES += [
     rule(
         "select-true-false",
@@ -125,7 +131,7 @@ RULES += [
                 "c",
                 (differ("a", 0.0), equal(shape_of("c"), "s")),
             )
-            for z in ("(vec-empty)", "s")
+            for z in (SCALAR, "s")
         ),
         lambda rng: {**_mask_example(rng), "a": float(rng.choice([1.0, -2.5])), "d": "float32"},
     ),
@@ -138,7 +144,7 @@ RULES += [
                 "c",
                 (equal(dtype_of("c"), "bool"), equal(shape_of("c"), "s")),
             )
-            for z in ("(vec-empty)", "s")
+            for z in (SCALAR, "s")
         ),
         lambda rng: {**_mask_example(rng), "d": str(rng.choice(["float32", "bfloat16", "int8"]))},
     ),
@@ -158,17 +164,17 @@ RULES += [
         tuple(
             Variant(
                 compare(
-                    Full(shape="(vec-empty)", value="a", dtype="d"),
-                    Full(shape="(vec-empty)", value="b", dtype="d"),
+                    Full(shape=SCALAR, value="a", dtype="d"),
+                    Full(shape=SCALAR, value="b", dtype="d"),
                 ),
-                Full(shape="(vec-empty)", value=float(holds), dtype="bool"),
-                (not_nan("a"), not_nan("b"), f"({relation if holds else negated} a b)"),
+                Full(shape=SCALAR, value=float(holds), dtype="bool"),
+                (not_nan("a"), not_nan("b"), (relation if holds else negated)("a", "b")),
             )
             for compare, relation, negated in (
-                (Gt, ">", "<="),
-                (Lt, "<", ">="),
-                (Ge, ">=", "<"),
-                (Le, "<=", ">"),
+                (Gt, greater, at_most),
+                (Lt, less, at_least),
+                (Ge, at_least, less),
+                (Le, at_most, greater),
             )
             for holds in (True, False)
         ),
@@ -182,9 +188,7 @@ RULES += [
         "select-constant",
         "where(True, x, y) is x, where(False, x, y) is y (a scalar condition)",
         tuple(
-            Variant(
-                Select(Full(shape="(vec-empty)", value=float(v), dtype="bool"), "x", "y"), "x" if v else "y"
-            )
+            Variant(Select(Full(shape=SCALAR, value=float(v), dtype="bool"), "x", "y"), "x" if v else "y")
             for v in (True, False)
         ),
         lambda rng: (lambda shape: {"x": TensorType(shape, "float32"), "y": TensorType(shape, "float32")})(

@@ -16,6 +16,7 @@ from eqsat.stacking import stacked_products
 
 from .base import MultiVariant, Proposal, Rule, Variant
 from .terms import (
+    SCALAR,
     Add,
     Concat,
     Erfc,
@@ -35,7 +36,13 @@ from .terms import (
     constant_weight,
     differ,
     equal,
+    get,
+    greater,
+    length,
+    less,
+    rank,
     shape_of,
+    union,
     vec,
 )
 
@@ -47,8 +54,8 @@ def _bias_variants(r: int) -> tuple[Variant, ...]:
     mm = Matmul("x", "w", transpose_y="ty", dtype="d")
     when = (
         equal("s", shape_of(mm)),
-        equal("(vec-length s)", r),
-        equal(shape_of("b"), vec([f"(vec-get s {r - 1})"])),
+        equal(length("s"), r),
+        equal(shape_of("b"), vec([get("s", r - 1)])),
     )
     linear = Linear("x", "w", "b", **_LINEAR)
     return Variant(Add(mm, "b"), linear, when), Variant(Add("b", mm), linear, when)
@@ -79,11 +86,9 @@ def _merge(kind: str, n: int, r: int) -> MultiVariant:
     }
     facts = [equal(f"m{i}", term[i]) for i in idx]
     facts += [differ(f"w{i}", f"w{j}") for i in idx for j in idx if i < j]
-    facts += [equal(f"sw{i}", shape_of(f"w{i}")) for i in idx] + [
-        equal(f"(vec-length sw{i})", 2) for i in idx
-    ]
+    facts += [equal(f"sw{i}", shape_of(f"w{i}")) for i in idx] + [equal(length(f"sw{i}"), 2) for i in idx]
     facts += [constant_weight(f"w{i}") for i in idx]
-    facts.append(equal(f"(vec-length {shape_of('m1')})", r))
+    facts.append(equal(rank("m1"), r))
 
     weights = Concat(TList(*(f"w{i}" for i in idx)), axis=1)
     merged = (
@@ -91,8 +96,8 @@ def _merge(kind: str, n: int, r: int) -> MultiVariant:
         if kind == "matmul"
         else Linear("x", weights, Concat(TList(*(f"b{i}" for i in idx)), axis=0), act="act", dtype="d")
     )
-    sizes = vec(f"(vec-get sw{i} 1)" for i in idx)
-    actions = tuple(f"(union m{i} {Split(merged, axis=r - 1, sizes=sizes, index=i - 1)})" for i in idx)
+    sizes = vec(get(f"sw{i}", 1) for i in idx)
+    actions = tuple(union(f"m{i}", Split(merged, axis=r - 1, sizes=sizes, index=i - 1)) for i in idx)
     return MultiVariant(tuple(facts), actions, tuple(term[i] for i in idx))
 
 
@@ -127,8 +132,8 @@ def _merge_example(rng: Any) -> dict[str, Any]:
     return {"x": TensorType((2, m, k), F32), **weights, **biases, "act": "relu", "d": F32}
 
 
-def _near(var: str, value: float, tol: float = 1e-6) -> tuple[str, str]:
-    return f"(> {var} {value - tol!r})", f"(< {var} {value + tol!r})"
+def _near(c: str, value: float, tol: float = 1e-6) -> tuple[str, str]:
+    return greater(c, value - tol), less(c, value + tol)
 
 
 # x·0.5·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as jax.nn.gelu writes it out (scalar products as scales).
@@ -138,7 +143,7 @@ _GELU_TANH = tuple(
         "x",
         Scale(
             Add(
-                Full(shape="(vec-empty)", value=1.0, dtype="d"),
+                Full(shape=SCALAR, value=1.0, dtype="d"),
                 Tanh(Scale(Add("x", Scale(cube, scale="c1")), scale="c2")),
             ),
             scale=0.5,

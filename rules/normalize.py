@@ -32,6 +32,7 @@ from .algebra import PRODUCTS_IN_RANGE
 from .base import MODERATE, Rule, Variant, rand_shape
 from .ranges import RANGES, Magnitude, cancels_little, in_range
 from .terms import (
+    SCALAR,
     Add,
     Conv2d,
     Div,
@@ -50,11 +51,19 @@ from .terms import (
     Scale,
     Sqrt,
     Sub,
+    as_f64,
+    dim,
     dtype_of,
     equal,
     float_dtype,
+    get,
+    last_axis,
+    length,
     parameter_value,
+    rank,
+    set_item,
     shape_of,
+    var,
     vec,
     wide_float,
 )
@@ -111,7 +120,7 @@ def _into_conv(layout: str) -> tuple[Variant, ...]:
     conv = _conv(layout)
     guards = (
         equal("sy", shape_of(conv)),
-        equal("o", f"(vec-get sy {axes.channel})"),
+        equal("o", get("sy", axes.channel)),
         equal(shape_of("f"), vec(ones)),
         parameter_value("f"),
         wide_float(dtype_of("x")),
@@ -135,26 +144,26 @@ def _conv_example(rng: Any) -> dict[str, Any]:
     }
 
 
-ONE = Full(shape="(vec-empty)", value=1.0, dtype="d")
-ZERO = Full(shape="(vec-empty)", value=0.0, dtype="d")
-_N = f"(vec-get {shape_of('x')} a)"  # the length of the reduced axis
+ONE = Full(shape=SCALAR, value=1.0, dtype="d")
+ZERO = Full(shape=SCALAR, value=0.0, dtype="d")
+_N = dim("x", "a")  # the length of the reduced axis
 _MEAN_GUARD = (float_dtype(dtype_of("x")),)
 # c is 1/n exactly: n a power of two (else a product by the rounded inverse is not the division, even
 # where c * n rounds to 1)
-_INVERSE = (equal("n", _N), "(= (& n (- n 1)) 0)", "(= (* c (to-f64 n)) 1.0)")
+_INVERSE = (equal("n", _N), equal(var("n") & (var("n") - 1), 0), equal(var("c") * as_f64("n"), 1.0))
 
 
 def _last_axis(reshaped: bool) -> tuple[str, ...]:
     """Guards: a is x's last axis, d its dtype, and (``reshaped``) s its shape with that axis 1."""
-    guards = (equal("a", f"(- (vec-length {shape_of('x')}) 1)"), equal("d", dtype_of("x")))
-    return (*guards, equal("s", f"(vec-set {shape_of('x')} a 1)")) if reshaped else guards
+    guards = (equal("a", last_axis("x")), equal("d", dtype_of("x")))
+    return (*guards, equal("s", set_item(shape_of("x"), "a", 1))) if reshaped else guards
 
 
 def _rms_core(keep: bool) -> tuple[Variant, ...]:
     """x * rsqrt(mean(x², last axis) + eps), either order: the mean reduced without the axis and the
     root reshaped back (as the layout pass leaves it), or keeping the axis."""
     mean = ReduceMean(Mul("x", "x"), axis="a", keepdim=int(keep))
-    root = Rsqrt(Add(mean, Full(shape="(vec-empty)", value="eps", dtype="d")))
+    root = Rsqrt(Add(mean, Full(shape=SCALAR, value="eps", dtype="d")))
     root = root if keep else Reshape(root, shape="s")
     guards = _last_axis(reshaped=not keep)
     return tuple(
@@ -170,7 +179,7 @@ def _vectors(name: str) -> tuple[str, str]:
 def _along_last(op: Any, norm: str, normalized: Callable[[str], str]) -> tuple[Variant, ...]:
     """``op(norm, g)``, either order, g a vector of x's last axis (plain, or reshaped to broadcast),
     is ``normalized(g)``."""
-    n = f"(vec-get {shape_of('x')} (- (vec-length {shape_of('x')}) 1))"
+    n = dim("x", last_axis("x"))
     out = []
     for g in _vectors("g"):
         for lhs in (op(norm, g), op(g, norm)):
@@ -194,7 +203,7 @@ def _statistics(fast: bool) -> tuple[str, str, str]:
         var = Maximum(ZERO, Sub(ReduceMean(Mul("x", "x"), axis="a"), Mul(mean, mean)))
     else:
         var = ReduceMean(Mul(centered, centered), axis="a")
-    root = Reshape(Rsqrt(Add(var, Full(shape="(vec-empty)", value="eps", dtype="d"))), shape="s")
+    root = Reshape(Rsqrt(Add(var, Full(shape=SCALAR, value="eps", dtype="d"))), shape="s")
     return mean, centered, root
 
 
@@ -210,7 +219,7 @@ def _distributed() -> tuple[Variant, ...]:
     """Keras's order: inv = rsqrt(var + eps) [* g], then x * inv + ((-mean) * inv [+ h]); the scale g
     and the bias h each present or not, plain or reshaped."""
     mean, _, root = _statistics(fast=False)
-    n = f"(vec-get {shape_of('x')} a)"
+    n = _N
     out = []
     for g in (None, *_vectors("g")):
         inv = root if g is None else Mul(root, g)
@@ -233,7 +242,7 @@ def _vector_outermost() -> tuple[Variant, ...]:
     """(g * r) * z, in either order of each product, r a root ``rsqrt(u)`` (reshaped to broadcast or
     not), g a vector along the last axis (plain or reshaped) and z of the result's shape (so r * z is
     too): (r * z) * g."""
-    n = f"(vec-get {shape_of('z')} (- (vec-length {shape_of('z')}) 1))"
+    n = dim("z", last_axis("z"))
     out = []
     for root in (Rsqrt("u"), Reshape(Rsqrt("u"), shape="sr")):
         for g in _vectors("g"):
@@ -269,9 +278,9 @@ def _weights_guards() -> tuple[str, ...]:
     """g a vector of n, w a matrix, both computed from parameters."""
     return (
         equal("sv", shape_of("g")),
-        equal("(vec-length sv)", 1),
-        equal("n", "(vec-get sv 0)"),
-        equal(f"(vec-length {shape_of('w')})", 2),
+        equal(length("sv"), 1),
+        equal("n", get("sv", 0)),
+        equal(rank("w"), 2),
         wide_float(dtype_of("x")),
         parameter_value("g"),
         parameter_value("w"),
@@ -336,7 +345,7 @@ RULES = [
         "mean",
         (
             Variant(
-                Mul(ReduceSum("x", axis="a", keepdim="k"), Full(shape="(vec-empty)", value="c", dtype="d")),
+                Mul(ReduceSum("x", axis="a", keepdim="k"), Full(shape=SCALAR, value="c", dtype="d")),
                 ReduceMean("x", axis="a", keepdim="k"),
                 (*_MEAN_GUARD, *_INVERSE),
             ),
@@ -346,9 +355,9 @@ RULES = [
                 (*_MEAN_GUARD, *_INVERSE),
             ),
             Variant(
-                Div(ReduceSum("x", axis="a", keepdim="k"), Full(shape="(vec-empty)", value="nf", dtype="d")),
+                Div(ReduceSum("x", axis="a", keepdim="k"), Full(shape=SCALAR, value="nf", dtype="d")),
                 ReduceMean("x", axis="a", keepdim="k"),
-                (*_MEAN_GUARD, f"(= nf (to-f64 {_N}))"),
+                (*_MEAN_GUARD, equal("nf", as_f64(_N))),
             ),
         ),
         lambda rng: {**_norm_example(rng), "k": int(rng.integers(0, 2))},

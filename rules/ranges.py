@@ -13,12 +13,46 @@ egglog orders NaN above every float; a bound that is NaN (``inf * 0``) fails eve
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from eqsat.egglog_text import ANALYSIS, literal
-from eqsat.ranges import HI, LO, TINY
+from eqsat.egglog_text import ANALYSIS
 
-from .terms import Add, Cast, Div, Expand, Full, Mul, Neg, Reshape, Rsqrt, Sqrt, Sub, Term, Transpose
+from .terms import (
+    Add,
+    Cast,
+    Div,
+    Expand,
+    Full,
+    Mul,
+    Neg,
+    Operand,
+    Reshape,
+    Rsqrt,
+    Sqrt,
+    Sub,
+    Term,
+    Transpose,
+    at_least,
+    at_most,
+    call,
+    differ,
+    equal,
+    greater,
+    largest,
+    less,
+    magnitude,
+    not_nan,
+    range_hi,
+    range_lo,
+    range_tiny,
+    root,
+    rule_command,
+    set_to,
+    smallest,
+    var,
+    wide_float,
+)
 
 LIMIT = 2.0**64
 # Distributing a factor over an offset, (y - c1) * c2 = y * c2 - c1 * c2, cancels where y is near c1:
@@ -26,104 +60,100 @@ LIMIT = 2.0**64
 CANCELLATION = 2.0**10
 
 
-def _min(*xs: str) -> str:
-    out = xs[0]
-    for x in xs[1:]:
-        out = f"(min {out} {x})"
-    return out
+def _rule(term: Term, facts: tuple[Term, ...], actions: tuple[Term, ...]) -> str:
+    """Where ``t`` is ``term`` and the facts hold, set its bounds."""
+    return rule_command((equal("t", term), *facts), actions, ANALYSIS)
 
 
-def _max(*xs: str) -> str:
-    out = xs[0]
-    for x in xs[1:]:
-        out = f"(max {out} {x})"
-    return out
+def _set(t: Term, lo: Operand, hi: Operand, tiny: Operand | None = None) -> tuple[Term, ...]:
+    sets = (set_to(range_lo(t), lo), set_to(range_hi(t), hi))
+    return sets if tiny is None else (*sets, set_to(range_tiny(t), tiny))
 
 
-def _set(t: str, lo: str, hi: str, tiny: str | None = None) -> str:
-    sets = [f"(set ({LO} {t}) {lo})", f"(set ({HI} {t}) {hi})"]
-    if tiny is not None:
-        sets.append(f"(set ({TINY} {t}) {tiny})")
-    return " ".join(sets)
+def _bounds(x: str) -> tuple[Term, ...]:
+    """Facts binding ``l<x>``, ``h<x>`` and ``t<x>`` to the bounds of the operand ``x``."""
+    return tuple(equal(f"{b}{x}", f(x)) for b, f in (("l", range_lo), ("h", range_hi), ("t", range_tiny)))
 
 
-def _rule(term: str, facts: str, actions: str) -> str:
-    return f"(rule ((= t {term}) {facts}) ({actions}) :ruleset {ANALYSIS})"
-
-
-_A = f"(= la ({LO} a)) (= ha ({HI} a)) (= ta ({TINY} a))"
-_B = f"(= lb ({LO} b)) (= hb ({HI} b)) (= tb ({TINY} b))"
-_PRODUCTS = ("(* la lb)", "(* la hb)", "(* ha lb)", "(* ha hb)")
-_QUOTIENTS = ("(/ la lb)", "(/ la hb)", "(/ ha lb)", "(/ ha hb)")
+_A, _B = _bounds("a"), _bounds("b")
+LA, HA, TA, LB = var("la"), var("ha"), var("ta"), var("lb")
+_PRODUCTS = (LA * "lb", LA * "hb", HA * "lb", HA * "hb")
+_QUOTIENTS = (LA / "lb", LA / "hb", HA / "lb", HA / "hb")
+_LARGEST_B = largest(magnitude("lb"), magnitude("hb"))
 
 RANGES: tuple[str, ...] = (
-    _rule(Full(shape="s", value="v", dtype="d"), "(!= v 0.0)", _set("t", "v", "v", "(abs v)")),
-    _rule(Full(shape="s", value="v", dtype="d"), "(= v 0.0)", _set("t", "v", "v", "inf")),
+    _rule(Full(shape="s", value="v", dtype="d"), (differ("v", 0.0),), _set("t", "v", "v", magnitude("v"))),
+    _rule(Full(shape="s", value="v", dtype="d"), (equal("v", 0.0),), _set("t", "v", "v", math.inf)),
     *(
         _rule(term, _A, _set("t", "la", "ha", "ta"))
         for term in (Reshape("a", shape="s"), Expand("a", shape="s"), Transpose("a", perm="s"))
     ),
-    _rule(Cast("a", dtype="d"), f"(wide-float d) {_A}", _set("t", "la", "ha", "ta")),
-    _rule(Neg("a"), _A, _set("t", "(- 0.0 ha)", "(- 0.0 la)", "ta")),
-    _rule(Add("a", "b"), f"{_A} {_B}", _set("t", "(+ la lb)", "(+ ha hb)")),
-    _rule(Sub("a", "b"), f"{_A} {_B}", _set("t", "(- la hb)", "(- ha lb)")),
-    _rule(Mul("a", "b"), f"{_A} {_B}", _set("t", _min(*_PRODUCTS), _max(*_PRODUCTS), "(* ta tb)")),
+    _rule(Cast("a", dtype="d"), (wide_float("d"), *_A), _set("t", "la", "ha", "ta")),
+    _rule(Neg("a"), _A, _set("t", 0.0 - HA, 0.0 - LA, "ta")),
+    _rule(Add("a", "b"), (*_A, *_B), _set("t", LA + "lb", HA + "hb")),
+    _rule(Sub("a", "b"), (*_A, *_B), _set("t", LA - "hb", HA - "lb")),
+    _rule(Mul("a", "b"), (*_A, *_B), _set("t", smallest(*_PRODUCTS), largest(*_PRODUCTS), TA * "tb")),
     _rule(
         Div("a", "b"),
-        f"{_A} {_B} (> (* lb hb) 0.0)",  # b's range excludes 0
-        _set("t", _min(*_QUOTIENTS), _max(*_QUOTIENTS), "(/ ta (max (abs lb) (abs hb)))"),
+        (*_A, *_B, greater(LB * "hb", 0.0)),  # b's range excludes 0
+        _set(
+            "t", smallest(*_QUOTIENTS), largest(*_QUOTIENTS), TA / largest(magnitude("lb"), magnitude("hb"))
+        ),
     ),
-    _rule(Sqrt("a"), f"{_A} (>= la 0.0)", _set("t", "(sqrt la)", "(sqrt ha)", "(sqrt ta)")),
+    _rule(Sqrt("a"), (*_A, at_least("la", 0.0)), _set("t", root("la"), root("ha"), root("ta"))),
     _rule(
         Rsqrt("a"),
-        f"{_A} (> la 0.0)",
-        _set("t", "(/ 1.0 (sqrt ha))", "(/ 1.0 (sqrt la))", "(/ 1.0 (sqrt ha))"),
+        (*_A, greater("la", 0.0)),
+        _set("t", 1.0 / root("ha"), 1.0 / root("la"), 1.0 / root("ha")),
     ),
     # a range that excludes 0 bounds the nonzero magnitudes (a sum's, say)
-    f"(rule ((= l ({LO} t)) (= h ({HI} t)) (> (* l h) 0.0)) ((set ({TINY} t) (min (abs l) (abs h)))) "
-    f":ruleset {ANALYSIS})",
+    rule_command(
+        (equal("l", range_lo("t")), equal("h", range_hi("t")), greater(var("l") * "h", 0.0)),
+        (set_to(range_tiny("t"), smallest(magnitude("l"), magnitude("h"))),),
+        ANALYSIS,
+    ),
 )
 
 
 @dataclass(frozen=True)
 class Magnitude:
-    """egglog f64 expressions bounding a constant's magnitudes: ``|x| <= most`` and, where
-    ``x != 0``, ``|x| >= least``; ``facts`` are what the bounds need to hold."""
+    """f64 expressions bounding a constant's magnitudes: ``|x| <= most`` and, where ``x != 0``,
+    ``|x| >= least``; ``facts`` are what the bounds need to hold."""
 
-    most: str
-    least: str
-    facts: tuple[str, ...] = ()
+    most: Operand
+    least: Operand
+    facts: tuple[Term, ...] = ()
 
     @classmethod
     def of(cls, c: Term) -> Magnitude:
         """The magnitudes of the constant term ``c``, as the range analysis bounds them."""
-        return cls(f"(max (abs ({LO} {c})) (abs ({HI} {c})))", f"({TINY} {c})")
+        return cls(largest(magnitude(range_lo(c)), magnitude(range_hi(c))), range_tiny(c))
 
     @classmethod
     def rsqrt_of_sum(cls, v: Term, eps: Term) -> Magnitude:
         """The magnitudes of ``rsqrt(v + eps)`` (a batch norm's variance and epsilon), v's range known."""
-        low, high = f"(+ ({LO} {v}) {eps})", f"(+ ({HI} {v}) {eps})"
-        return cls(f"(/ 1.0 (sqrt {low}))", f"(/ 1.0 (sqrt {high}))", (f"(> {low} 0.0)",))
+        low, high = range_lo(v) + eps, range_hi(v) + eps
+        return cls(1.0 / root(low), 1.0 / root(high), (greater(low, 0.0),))
 
     def __mul__(self, other: Magnitude) -> Magnitude:
         return Magnitude(
-            f"(* {self.most} {other.most})", f"(* {self.least} {other.least})", (*self.facts, *other.facts)
+            call("*", self.most, other.most), call("*", self.least, other.least), (*self.facts, *other.facts)
         )
 
     def __add__(self, other: Magnitude) -> Magnitude:
         """Of a sum: no bound on the smallest nonzero magnitude (the terms may cancel)."""
-        return Magnitude(f"(+ {self.most} {other.most})", "0.0", (*self.facts, *other.facts))
+        return Magnitude(call("+", self.most, other.most), 0.0, (*self.facts, *other.facts))
 
 
-def in_range(m: Magnitude, *, nonzero: bool = True, limit: float = LIMIT) -> tuple[str, ...]:
+def in_range(m: Magnitude, *, nonzero: bool = True, limit: float = LIMIT) -> tuple[Term, ...]:
     """Guards: the constant of magnitudes ``m`` is at most ``limit`` and (``nonzero``) its nonzero
     elements at least ``1 / limit`` (a NaN bound fails both: egglog orders NaN above every float)."""
-    guards = (*m.facts, f"(< {m.most} {literal(limit)})")
+    guards = (*m.facts, less(m.most, limit))
     if nonzero:
-        guards += (f"(<= {literal(1 / limit)} {m.least})", f"(< {m.least} NaN)")
+        guards += (at_most(1 / limit, m.least), not_nan(m.least))
     return guards
 
 
-def cancels_little(offset: Magnitude, factor: Magnitude) -> tuple[str, ...]:
+def cancels_little(offset: Magnitude, factor: Magnitude) -> tuple[Term, ...]:
     """Guard: the offset a factor is distributed over, times the factor, is at most ``CANCELLATION``."""
-    return (*offset.facts, *factor.facts, f"(<= (* {offset.most} {factor.most}) {literal(CANCELLATION)})")
+    return (*offset.facts, *factor.facts, at_most(call("*", offset.most, factor.most), CANCELLATION))

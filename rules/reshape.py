@@ -8,7 +8,22 @@ from eqsat.ir import TensorType
 from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant, rand_shape, rule
-from .terms import Add, Cast, Expand, Reshape, StopGradient, constructor, equal, shape_of, vec
+from .terms import (
+    Add,
+    Cast,
+    Expand,
+    Reshape,
+    StopGradient,
+    append,
+    constructor,
+    dim,
+    equal,
+    get,
+    length,
+    rank,
+    shape_of,
+    vec,
+)
 
 
 def _two_shapes(rng: Any) -> dict[str, Any]:
@@ -90,7 +105,7 @@ RULES += [
                         op("x", Reshape("y", shape=s)),
                         op("x", "y"),
                         (
-                            equal(s, f"(vec-append {vec([1] * ones)} {shape_of('y')})"),
+                            equal(s, append(vec([1] * ones), shape_of("y"))),
                             equal(shape_of(op("x", Reshape("y", shape=s))), shape_of("x")),
                         ),
                     )
@@ -105,19 +120,19 @@ RULES += [
 
 def _bias_through_reshape(rs: int, rb: int, flipped: bool) -> Variant:
     """(y reshaped to s) + b, b broadcast over the trailing dims y's last dim was split into."""
-    trailing = [f"(vec-get s {i})" for i in range(rs - rb, rs)]
+    trailing = [get("s", i) for i in range(rs - rb, rs)]
     product = trailing[-1]
     for term in reversed(trailing[:-1]):
-        product = f"(* {term} {product})"
+        product = term * product
     y, b = Reshape("y", shape="s"), Reshape("b", shape=vec(["n"]))
     lhs, inner = (Add("b", y), Add(b, "y")) if flipped else (Add(y, "b"), Add("y", b))
     return Variant(
         lhs,
         Reshape(inner, shape="s"),
         (
-            equal(f"(vec-length {shape_of('y')})", 2),
-            equal("n", f"(vec-get {shape_of('y')} 1)"),
-            equal("(vec-length s)", rs),
+            equal(rank("y"), 2),
+            equal("n", dim("y", 1)),
+            equal(length("s"), rs),
             equal(shape_of("b"), vec(trailing)),
             equal("n", product),
         ),

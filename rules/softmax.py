@@ -19,6 +19,7 @@ from eqsat.ir import TensorType
 
 from .base import Rule, Variant, rand_perm, rand_shape, rule
 from .terms import (
+    SCALAR,
     Add,
     Cast,
     Concat,
@@ -42,6 +43,10 @@ from .terms import (
     dtype_of,
     equal,
     float_dtype,
+    get,
+    last_axis,
+    rank,
+    set_item,
     shape_of,
 )
 
@@ -92,7 +97,8 @@ def _blocks(rng: Any) -> dict[str, Any]:
 
 
 _E, _L = _stats("x", "a")
-_NEG_INF = Full(shape="(vec-empty)", value=float("-inf"), dtype="d")
+_ROW = set_item(shape_of("x"), "a", 1)  # the shape of x's statistics along a
+_NEG_INF = Full(shape=SCALAR, value=float("-inf"), dtype="d")
 # The row max where it is finite, else 0 (FlashAttention's guard): exp(x - max) is then never inf - inf.
 _MAX = ReduceMax("x", axis="a", keepdim=1)
 _SAFE_MAX = Select(IsFinite(_MAX), _MAX, Full(shape="sm", value=0.0, dtype="d"))
@@ -110,10 +116,10 @@ def _float32_sum(e: str) -> str:
     return Cast(ReduceSum(Cast(e, dtype="float32"), axis="a", keepdim=1), dtype="d")
 
 
-_TRUE = Full(shape="(vec-empty)", value=1.0, dtype="bool")
+_TRUE = Full(shape=SCALAR, value=1.0, dtype="bool")
 _SG_E, _SG_L = _shifted(StopGradient("m"))
 _M_E, _M_L = _shifted("m")
-_SHIFT = (equal(shape_of("m"), f"(vec-set {shape_of('x')} a 1)"),)
+_SHIFT = (equal(shape_of("m"), _ROW),)
 _FILL = Full(shape="sf", value="f", dtype="df")
 _IN_X = (equal("d", dtype_of("x")),)
 
@@ -153,8 +159,8 @@ RULES = [
                 Div(_ROWS, "l"),
                 Matmul(Div("p", "l"), "v", transpose_y="ty", dtype="d"),
                 (
-                    equal(shape_of("l"), f"(vec-set {shape_of('p')} (- (vec-length {shape_of('p')}) 1) 1)"),
-                    equal(f"(vec-length {shape_of('p')})", f"(vec-length {shape_of(_ROWS)})"),
+                    equal(shape_of("l"), set_item(shape_of("p"), last_axis("p"), 1)),
+                    equal(rank("p"), rank(_ROWS)),
                     equal("d", dtype_of("p")),
                     float_dtype("d"),
                 ),
@@ -222,7 +228,7 @@ RULES = [
         ReduceSum(Exp(Sub("x", "m")), axis="a", keepdim=1),
         Mul(ReduceSum(Exp(Sub("x", _SAFE_MAX)), axis="a", keepdim=1), Exp(Sub(_SAFE_MAX, "m"))),
         equal("sm", shape_of("m")),
-        equal("sm", f"(vec-set {shape_of('x')} a 1)"),
+        equal("sm", _ROW),
         equal("d", dtype_of("x")),
         example=_blocks,
         exact=False,
@@ -244,7 +250,7 @@ RULES = [
                 Variant(
                     Reshape(reduce("x", axis="a"), shape="s"),
                     reduce("x", axis="a", keepdim=1),
-                    (equal("s", f"(vec-set {shape_of('x')} a 1)"),),
+                    (equal("s", _ROW),),
                 )
                 for reduce in (ReduceMax, ReduceSum)
             ),
@@ -259,7 +265,7 @@ RULES = [
         (
             Variant(
                 Softmax(Transpose("x", perm="p"), axis="a", shifted="sh"),
-                Transpose(Softmax("x", axis="(vec-get p a)", shifted="sh"), perm="p"),
+                Transpose(Softmax("x", axis=get("p", "a"), shifted="sh"), perm="p"),
             ),
         ),
         lambda rng: (

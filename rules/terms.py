@@ -1,12 +1,18 @@
-"""Typed constructors for rule patterns, derived from the op definitions (``eqsat.ops``): operands by
-position, attributes by keyword, rendered to egglog's s-expressions in the order the op declares its
-attributes — ``Matmul("x", "w", transpose_y=1, dtype="d")`` is ``(Matmul x w 0 1 d)``.
+"""Typed constructors and guards for rule patterns, derived from the op definitions (``eqsat.ops``): the
+one module of ``rules/`` that writes egglog text (a test holds the others to it).
 
-An operand or an attribute given as a string is a pattern variable or a term (``"x"``, ``"(shape x)"``,
-``Exp("x")``), except that a string attribute one of the op's literal choices or a dtype name is a
-literal (``layout="NCHW"`` renders ``"NCHW"``); ints, floats and tuples of ints are literals. An omitted
-attribute is its default, so a pattern that omits it matches the default only: pass a variable to
-match any value. Guards are named helpers below (``has_shape``, ``has_dtype``...).
+Constructors take operands by position and attributes by keyword, rendered to egglog's s-expressions
+in the order the op declares its attributes — ``Matmul("x", "w", transpose_y=1, dtype="d")`` is
+``(Matmul x w 0 1 d)``. An operand or an attribute given as a string is a pattern variable or a term
+(``"x"``, ``Exp("x")``), except that a string attribute one of the op's literal choices or a dtype name
+is a literal (``layout="NCHW"`` renders ``"NCHW"``); ints, floats and tuples of ints are literals. An
+omitted attribute is its default, so a pattern that omits it matches the default only: pass a variable
+to match any value.
+
+Guards and attribute arithmetic are ``Expr`` values: the analyses (``shape_of``, ``dtype_of``), a
+shape's parts (``length``, ``dim``, ``get``...), arithmetic with Python's operators (``length(p) - 1``
+is ``(- (vec-length p) 1)``) and the comparisons (``equal``, ``less``, ``at_most``...). ``var(name)``
+is a pattern variable as a Python object (``Var``), for arithmetic on it and to key the rule's example.
 """
 
 from __future__ import annotations
@@ -16,10 +22,93 @@ from collections.abc import Callable, Iterable
 from eqsat.egglog_text import literal, tlist
 from eqsat.ops import ACCUMULATE, LIKE_INPUT, OPS, VARIADIC, Attr, OpDef
 from eqsat.ops.base import LIKE_ATTRIBUTE
+from eqsat.ranges import HI, LO, TINY
 from eqsat.types import DTYPES
 
-Term = str  # egglog text
-Value = Term | int | float | tuple[int, ...] | tuple[float, ...]
+
+class Expr:
+    """A value a guard or an attribute computes (an integer, an f64, a shape), as egglog text;
+    ``+ - * / % &`` (either side a Python number or a variable's name) build egglog's arithmetic."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"Expr({self.text!r})"
+
+    def __add__(self, other: Operand) -> Expr:
+        return call("+", self, other)
+
+    def __radd__(self, other: Operand) -> Expr:
+        return call("+", other, self)
+
+    def __sub__(self, other: Operand) -> Expr:
+        return call("-", self, other)
+
+    def __rsub__(self, other: Operand) -> Expr:
+        return call("-", other, self)
+
+    def __mul__(self, other: Operand) -> Expr:
+        return call("*", self, other)
+
+    def __rmul__(self, other: Operand) -> Expr:
+        return call("*", other, self)
+
+    def __truediv__(self, other: Operand) -> Expr:
+        return call("/", self, other)
+
+    def __rtruediv__(self, other: Operand) -> Expr:
+        return call("/", other, self)
+
+    def __mod__(self, other: Operand) -> Expr:
+        return call("%", self, other)
+
+    def __and__(self, other: Operand) -> Expr:
+        return call("&", self, other)
+
+
+Term = str  # egglog text: a pattern variable or a term built by the constructors below
+Operand = Term | Expr | int | float
+Value = Operand | tuple[int, ...] | tuple[float, ...]
+
+
+def _text(v: Value) -> str:
+    """``v`` as egglog text: an expression or a variable as it is, a dtype name or a number a literal."""
+    if isinstance(v, Expr):
+        return v.text
+    return literal(v) if (isinstance(v, str) and v in DTYPES) or not isinstance(v, str) else v
+
+
+def call(head: str, *args: Value) -> Expr:
+    """egglog's primitive ``head`` applied to ``args``."""
+    return Expr(f"({' '.join([head, *map(_text, args)])})")
+
+
+class Var(Expr):
+    """A pattern variable: the one object that names it in a rule's patterns and binds it in the rule's
+    example (``{SCALE: 0.5}``), so that renaming it renames both. It equals and hashes as its name."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return self.text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str | Var) and str(other) == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+def var(name: str) -> Var:
+    """The pattern variable ``name``: ``var("g") % 2``."""
+    return Var(name)
 
 
 def _attribute(op: OpDef, attr: Attr, value: Value | None) -> str:
@@ -28,6 +117,8 @@ def _attribute(op: OpDef, attr: Attr, value: Value | None) -> str:
         if attr.default is None or attr.default in (LIKE_INPUT, ACCUMULATE) or derived:
             raise TypeError(f"{op.ctor} needs {attr.name}=")
         value = attr.default
+    if isinstance(value, Expr):
+        return value.text
     if isinstance(value, str):
         is_literal = value in attr.choices or (attr.name.endswith("dtype") and value in DTYPES)
         return literal(value) if is_literal else value
@@ -62,47 +153,138 @@ def pair(a: Term, b: Term, axis: Term | int) -> Term:
     return Concat(TList(a, b), axis=axis)
 
 
-def vec(items: Iterable[Term | int]) -> Term:
+def vec(items: Iterable[Operand]) -> Term:
     """An egglog vector of ints (``IVec``)."""
-    texts = [str(i) for i in items]
+    texts = [_text(i) for i in items]
     return f"(vec-of {' '.join(texts)})" if texts else "(vec-empty)"
 
 
-# Guards: facts over the analyses that a rule's left side must satisfy, e.g. ``equal(dtype_of("x"), "d")``.
-def shape_of(x: Term) -> Term:
+SCALAR = vec(())  # the shape of a scalar
+
+
+# A shape's parts and egglog's arithmetic on them.
+def shape_of(x: Term) -> Expr:
     """The shape the analysis gives ``x`` (an ``IVec``)."""
-    return f"(shape {x})"
+    return call("shape", x)
 
 
-def dtype_of(x: Term) -> Term:
+def dtype_of(x: Term) -> Expr:
     """The dtype the analysis gives ``x`` (a ``String``)."""
-    return f"(dtype {x})"
+    return call("dtype", x)
 
 
+def length(v: Operand) -> Expr:
+    """The length of the vector ``v`` (a shape's rank, a permutation's)."""
+    return call("vec-length", v)
+
+
+def get(v: Operand, i: Operand) -> Expr:
+    """Item ``i`` of the vector ``v``."""
+    return call("vec-get", v, i)
+
+
+def set_item(v: Operand, i: Operand, x: Operand) -> Expr:
+    """The vector ``v`` with item ``i`` replaced by ``x``."""
+    return call("vec-set", v, i, x)
+
+
+def append(a: Operand, b: Operand) -> Expr:
+    """The vector ``a`` followed by ``b``."""
+    return call("vec-append", a, b)
+
+
+def remove(v: Operand, i: Operand) -> Expr:
+    """The vector ``v`` without item ``i``."""
+    return call("vec-remove", v, i)
+
+
+def rank(x: Term) -> Expr:
+    """The rank of tensor ``x``."""
+    return length(shape_of(x))
+
+
+def dim(x: Term, axis: Operand) -> Expr:
+    """The size of tensor ``x`` along ``axis``."""
+    return get(shape_of(x), axis)
+
+
+def last_axis(x: Term) -> Expr:
+    """The index of tensor ``x``'s last axis."""
+    return rank(x) - 1
+
+
+def _fold(head: str, xs: tuple[Operand, ...]) -> Expr:
+    out = xs[0]
+    for x in xs[1:]:
+        out = call(head, out, x)
+    return out if isinstance(out, Expr) else Expr(_text(out))
+
+
+def smallest(*xs: Operand) -> Expr:
+    """The least of ``xs``."""
+    return _fold("min", xs)
+
+
+def largest(*xs: Operand) -> Expr:
+    """The greatest of ``xs``."""
+    return _fold("max", xs)
+
+
+def magnitude(x: Operand) -> Expr:
+    """``|x|``."""
+    return call("abs", x)
+
+
+def root(x: Operand) -> Expr:
+    """The square root of the f64 ``x``."""
+    return call("sqrt", x)
+
+
+def as_f64(n: Operand) -> Expr:
+    """The integer ``n`` as an f64."""
+    return call("to-f64", n)
+
+
+# Guards: facts over the analyses that a rule's left side must satisfy, e.g. ``equal(dtype_of("x"), "d")``.
 def equal(a: Value, b: Value) -> Term:
     """``a`` and ``b`` are equal (e-classes, attribute values or computed values); a dtype name is a
     literal."""
-    return f"(= {_operand(a)} {_operand(b)})"
+    return f"(= {_text(a)} {_text(b)})"
 
 
 def differ(a: Value, b: Value) -> Term:
     """``a`` and ``b`` are different (e-classes or values)."""
-    return f"(!= {_operand(a)} {_operand(b)})"
+    return f"(!= {_text(a)} {_text(b)})"
 
 
-def at_most(a: Value, b: Value) -> Term:
-    """``a`` is no greater than ``b`` (integers)."""
-    return f"(<= {_operand(a)} {_operand(b)})"
+def less(a: Operand, b: Operand) -> Term:
+    """``a < b``."""
+    return call("<", a, b).text
 
 
-def not_nan(c: Term) -> Term:
+def greater(a: Operand, b: Operand) -> Term:
+    """``a > b``."""
+    return call(">", a, b).text
+
+
+def at_most(a: Operand, b: Operand) -> Term:
+    """``a <= b``."""
+    return call("<=", a, b).text
+
+
+def at_least(a: Operand, b: Operand) -> Term:
+    """``a >= b``."""
+    return call(">=", a, b).text
+
+
+def not_nan(c: Operand) -> Term:
     """The f64 ``c`` is a number (egglog orders NaN above every float, IEEE compares it false)."""
-    return f"(< {c} NaN)"
+    return less(c, float("nan"))
 
 
-def _relation(name: str, doc: str) -> Callable[[Term], Term]:
-    def holds(x: Term) -> Term:
-        return f"({name} {x})"
+def _relation(name: str, doc: str) -> Callable[[Operand], Term]:
+    def holds(x: Operand) -> Term:
+        return call(name, x).text
 
     holds.__name__ = holds.__qualname__ = name.replace("-", "_")
     holds.__doc__ = doc
@@ -126,8 +308,46 @@ parameter_value = _relation(
 )
 
 
-def _operand(v: Value) -> str:
-    return literal(v) if (isinstance(v, str) and v in DTYPES) or not isinstance(v, str) else v
+# Actions of a rule over several matched terms, and the range analysis' bounds (``eqsat.ranges``).
+def union(a: Term, b: Term) -> Term:
+    """Action: ``a`` and ``b`` are the same value."""
+    return f"(union {a} {b})"
+
+
+def range_lo(t: Term) -> Expr:
+    """The least value the range analysis allows ``t``."""
+    return call(LO, t)
+
+
+def range_hi(t: Term) -> Expr:
+    """The greatest value the range analysis allows ``t``."""
+    return call(HI, t)
+
+
+def range_tiny(t: Term) -> Expr:
+    """The least nonzero magnitude the range analysis allows ``t``."""
+    return call(TINY, t)
+
+
+def set_to(function: Expr, value: Operand) -> Term:
+    """Action: the analysis ``function`` (``range_lo(t)``...) takes ``value``."""
+    return call("set", function, value).text
+
+
+# Commands: a rule as egglog runs it.
+def rewrite_command(lhs: Term, rhs: Term, when: Iterable[Term], ruleset: str, name: str) -> str:
+    """``lhs -> rhs`` if every fact in ``when`` holds."""
+    facts = " ".join(when)
+    guard = f" :when ({facts})" if facts else ""
+    return f'(rewrite {lhs} {rhs}{guard} :ruleset {ruleset} :name "{name}")'
+
+
+def rule_command(
+    facts: Iterable[Term], actions: Iterable[Term], ruleset: str, name: str | None = None
+) -> str:
+    """A rule: where every fact holds, do the actions."""
+    named = f' :name "{name}"' if name is not None else ""
+    return f"(rule ({' '.join(facts)}) ({' '.join(actions)}) :ruleset {ruleset}{named})"
 
 
 Full = constructor("full")

@@ -20,7 +20,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from eqsat.egglog_text import literal, needs_opaque, tlist
+from eqsat.egglog_text import literal, needs_opaque
 from eqsat.errors import EqsatError, UnsupportedError
 from eqsat.frontend.builder import Builder
 from eqsat.frontend.jax import from_jax
@@ -28,6 +28,7 @@ from eqsat.ir import Program, TensorType, Value
 from eqsat.ops import OPS, VARIADIC
 
 from .base import Rule, Variant
+from .terms import Expr, TList, constructor, dtype_of, equal, get, length, shape_of, vec
 
 Dim = tuple[str, int]  # (parameter, axis)
 type Attr = int | float | str | Dim | tuple[Attr, ...]  # an attribute that may depend on the sizes
@@ -101,11 +102,12 @@ def _term(program: Program, names: Sequence[str], where: str) -> _Term:
             raise UnsupportedError(f"{where}: op {op.name} cannot appear in a rule (only canonical ops can)")
         spec = OPS[op.name]
         ins = [exprs[id(v)] for v in op.inputs]
-        args = [tlist(ins)] if spec.arity == VARIADIC else ins
+        operands = [TList(*ins)] if spec.arity == VARIADIC else ins
+        holes: dict[str, str] = {}
         for a in spec.attrs:
-            args.append(f"@{len(attrs)}")
+            holes[a.name] = f"@{len(attrs)}"
             attrs.append(op.attrs[a.name])
-        exprs[id(op.output)] = f"({spec.ctor} {' '.join(args)})"
+        exprs[id(op.output)] = constructor(op.name)(*operands, **holes)
     return _Term(exprs[id(program.outputs[0])], attrs)
 
 
@@ -165,9 +167,9 @@ def _generalize(a: Any, b: Any, dims: dict[int, Dim], new: dict[int, int]) -> At
 
 def _render(attr: Attr, shapes: dict[str, str]) -> str:
     if _is_dim(attr):
-        return f"(vec-get {shapes[attr[0]]} {attr[1]})"
+        return str(get(shapes[attr[0]], attr[1]))
     if isinstance(attr, tuple):
-        return f"(vec-of {' '.join(_render(x, shapes) for x in attr)})" if attr else "(vec-empty)"
+        return vec(_render(x, shapes) for x in attr)
     return literal(attr)
 
 
@@ -183,28 +185,28 @@ def evaluate(attr: Attr, shapes: dict[str, tuple[int, ...]]) -> Any:
 def _guards(
     used: Sequence[str], types: Sequence[TensorType], shapes: dict[str, str], t: Freedom
 ) -> list[str]:
-    facts = [f"(= {shapes[n]} (shape {n}))" for n in used]
+    facts = [equal(shapes[n], shape_of(n)) for n in used]
     first_of: dict[str, str] = {}
     for n, ty in zip(used, types, strict=True):
         if not t.any_dtype or ty.dtype == "bool":
-            facts.append(f"(= (dtype {n}) {literal(ty.dtype)})")
+            facts.append(equal(dtype_of(n), literal(ty.dtype)))
         elif ty.dtype in first_of:
-            facts.append(f"(= (dtype {n}) (dtype {first_of[ty.dtype]}))")
+            facts.append(equal(dtype_of(n), dtype_of(first_of[ty.dtype])))
         else:
             first_of[ty.dtype] = n
     if t.sizes == EXACT:
-        return facts + [f"(= {shapes[n]} {literal(ty.shape)})" for n, ty in zip(used, types, strict=True)]
+        return facts + [equal(shapes[n], vec(ty.shape)) for n, ty in zip(used, types, strict=True)]
     if t.sizes == ANY_RANK:
-        return facts + [f"(= {shapes[n]} {shapes[used[0]]})" for n in used[1:]]
-    facts += [f"(= (vec-length {shapes[n]}) {len(ty.shape)})" for n, ty in zip(used, types, strict=True)]
-    first: dict[int, str] = {}
+        return facts + [equal(shapes[n], shapes[used[0]]) for n in used[1:]]
+    facts += [equal(length(shapes[n]), len(ty.shape)) for n, ty in zip(used, types, strict=True)]
+    first: dict[int, Expr] = {}
     for n, ty in zip(used, types, strict=True):
         for axis, d in enumerate(ty.shape):
-            here = f"(vec-get {shapes[n]} {axis})"
+            here = get(shapes[n], axis)
             if d <= 1:
-                facts.append(f"(= {here} {d})")
+                facts.append(equal(here, d))
             elif d in first:
-                facts.append(f"(= {here} {first[d]})")
+                facts.append(equal(here, first[d]))
             else:
                 first[d] = here
     return facts
@@ -279,7 +281,7 @@ def traced_variant(
                 rendered.append(_render(value, shapes))
         texts.append(_fill(term.text, rendered))
     facts = _guards(used, used_types, shapes, freedom)
-    facts += [f"(= {v} {_render(a, shapes)})" for v, a in attr_vars]
+    facts += [equal(v, _render(a, shapes)) for v, a in attr_vars]
     variant = Variant(texts[0], texts[1], (*facts, *when))
     return TracedVariant(
         variant, lhs, rhs, tuple(names), tuple(types), tuple(attr_vars), freedom, tuple(used)

@@ -24,20 +24,32 @@ from .base import (
 )
 from .conv import window_example
 from .terms import (
+    SCALAR,
     Conv2d,
     Conv2dBiasAct,
     Expand,
+    Expr,
     Full,
     MaskedSoftmax,
+    Operand,
     Pool2d,
     Reshape,
     Select,
     Softmax,
     Transpose,
+    at_least,
+    call,
     constructor,
     differ,
+    dim,
     equal,
+    get,
+    largest,
+    length,
+    less,
+    rank,
     shape_of,
+    smallest,
     vec,
 )
 
@@ -81,7 +93,7 @@ def _through_binary(op: str) -> Rule:
 
 def _scalar_out_of_binary(op: str) -> Rule:
     make = constructor(op)
-    scalar, moved = Full(shape="(vec-empty)", value="c", dtype="d"), Transpose("x", perm="p")
+    scalar, moved = Full(shape=SCALAR, value="c", dtype="d"), Transpose("x", perm="p")
 
     def example(rng: Any) -> dict[str, Any]:
         ex = _rank_example(rng, "p", dtype=example_dtype(op))
@@ -96,39 +108,39 @@ def _scalar_out_of_binary(op: str) -> Rule:
     )
 
 
-def _past_a(i: str) -> str:
+def _past_a(i: Operand) -> Expr:
     """Axis ``i`` of a tensor without axis ``a``, as an axis of the tensor with it: i, or i + 1 from a
     on."""
-    return f"(+ {i} (min 1 (max 0 (+ (- {i} a) 1))))"
+    return call("+", i, smallest(1, largest(0, call("-", i, "a") + 1)))
 
 
 def _reduction_out_of_transpose(op: str, r: int) -> Variant:
     """A transpose p of ``op(x, a)`` (which drops axis a of x, rank r) is ``op`` over the last axis of x
     transposed by p (renumbered past a) with a last."""
-    shifted = [_past_a(f"(vec-get p {i})") for i in range(r - 1)]
+    shifted = [_past_a(get("p", i)) for i in range(r - 1)]
     reduce = constructor(op)
     return Variant(
         Transpose(reduce("x", axis="a"), perm="p"),
         reduce(Transpose("x", perm=vec([*shifted, "a"])), axis=r - 1),
-        (equal("(vec-length p)", r - 1),),
+        (equal(length("p"), r - 1),),
     )
 
 
 def _reduction_to_last(op: str, r: int) -> Variant:
     """``op`` over axis a of x (rank r, a not last) is ``op`` over the last axis of x transposed to
     move a last, the other axes in order (the layout a softmax's exp and sum may take it in)."""
-    rest = [_past_a(str(i)) for i in range(r - 1)]
+    rest = [_past_a(i) for i in range(r - 1)]
     reduce = constructor(op)
     return Variant(
         reduce("x", axis="a"),
         reduce(Transpose("x", perm=vec([*rest, "a"])), axis=r - 1),
-        (equal(f"(vec-length {shape_of('x')})", r), f"(< a {r - 1})"),
+        (equal(rank("x"), r), less("a", r - 1)),
     )
 
 
 def _permuted(shape: str, r: int) -> str:
     """``shape`` permuted by ``p`` (rank ``r``): entry i is ``shape[p[i]]``."""
-    return vec(f"(vec-get {shape} (vec-get p {i}))" for i in range(r))
+    return vec(get(shape, get("p", i)) for i in range(r))
 
 
 def _unit_axes_only(r: int) -> Variant:
@@ -136,16 +148,16 @@ def _unit_axes_only(r: int) -> Variant:
     than 1 in their order is a reshape: for every pair i < j of output axes, one of them has size 1 or
     p[i] < p[j] (products of sizes minus one and of the axes' order, so that any pair with a unit axis
     passes)."""
-    size = [f"(vec-get sx (vec-get p {i}))" for i in range(r)]
+    size = [get("sx", get("p", i)) for i in range(r)]
     ordered = [
-        f"(>= (* (* (- {size[i]} 1) (- {size[j]} 1)) (- (vec-get p {j}) (vec-get p {i}))) 0)"
+        at_least((size[i] - 1) * (size[j] - 1) * (get("p", j) - get("p", i)), 0)
         for i in range(r)
         for j in range(i + 1, r)
     ]
     return Variant(
         Transpose("x", perm="p"),
         Reshape("x", shape=_permuted("sx", r)),
-        (equal("(vec-length p)", r), differ("p", vec(range(r))), equal("sx", shape_of("x")), *ordered),
+        (equal(length("p"), r), differ("p", vec(range(r))), equal("sx", shape_of("x")), *ordered),
     )
 
 
@@ -173,7 +185,7 @@ def _into_softmax(r: int) -> Variant:
     return Variant(
         Transpose(Softmax("x", axis="a", shifted="sh"), perm="p"),
         Softmax(Transpose("x", perm="p"), axis=r - 1, shifted="sh"),
-        (equal("(vec-length p)", r), equal(f"(vec-get p {r - 1})", "a"), f"(< a {r - 1})"),
+        (equal(length("p"), r), equal(get("p", r - 1), "a"), less("a", r - 1)),
     )
 
 
@@ -185,9 +197,9 @@ def _into_masked_softmax(r: int) -> Variant:
         Transpose(MaskedSoftmax("x", "m", axis="a", **attrs), perm="p"),
         MaskedSoftmax(Transpose("x", perm="p"), Transpose("m", perm="p"), axis=r - 1, **attrs),
         (
-            equal("(vec-length p)", r),
-            equal(f"(vec-get p {r - 1})", "a"),
-            equal(f"(vec-length {shape_of('m')})", r),
+            equal(length("p"), r),
+            equal(get("p", r - 1), "a"),
+            equal(rank("m"), r),
         ),
     )
 
@@ -233,15 +245,15 @@ def _reduction_example(rng: Any) -> dict[str, Any]:
 def _transpose_out_of_masked_select(r: int, k: int) -> Variant:
     """``where(mask, transpose(x, p), fill)`` for a mask of rank ``k`` broadcast to rank ``r`` that
     varies over the last two axes only, and p fixes those two: the mask is the same after p."""
-    units = (equal(f"(vec-get {shape_of('m')} {i})", 1) for i in range(k - 2))
+    units = (equal(dim("m", i), 1) for i in range(k - 2))
     return Variant(
         Select(Expand("m", shape="s"), Transpose("x", perm="p"), Full(shape="s", value="v", dtype="d")),
         Transpose(Select(Expand("m", shape="sx"), "x", Full(shape="sx", value="v", dtype="d")), perm="p"),
         (
-            equal("(vec-length p)", r),
-            equal(f"(vec-get p {r - 2})", r - 2),
-            equal(f"(vec-get p {r - 1})", r - 1),
-            equal(f"(vec-length {shape_of('m')})", k),
+            equal(length("p"), r),
+            equal(get("p", r - 2), r - 2),
+            equal(get("p", r - 1), r - 1),
+            equal(rank("m"), k),
             *units,
             equal("sx", shape_of("x")),
         ),
@@ -303,8 +315,8 @@ RULES = [
         "two transposes are one, by the composed permutation p1[p2[i]]",
         lambda r: Variant(
             Transpose(Transpose("x", perm="p1"), perm="p2"),
-            Transpose("x", perm=vec(f"(vec-get p1 (vec-get p2 {i}))" for i in range(r))),
-            (equal("(vec-length p2)", r),),
+            Transpose("x", perm=vec(get("p1", get("p2", i)) for i in range(r))),
+            (equal(length("p2"), r),),
         ),
         example=lambda rng: _rank_example(rng, "p1", "p2"),
     ),
@@ -368,7 +380,7 @@ RULES = [
             Variant(
                 Transpose(Expand("x", shape="s"), perm="p"),
                 Expand(Transpose("x", perm="p"), shape=_permuted("s", r)),
-                (equal("(vec-length p)", r), equal(f"(vec-length {shape_of('x')})", r)),
+                (equal(length("p"), r), equal(rank("x"), r)),
             )
             for r in range(1, MAX_RANK + 1)
         ),
