@@ -18,7 +18,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
+	$(PY) scripts/typecheck.py
 	$(PY) -m pytest -n auto --maxprocesses 4
 
 # the edit-test loop: everything but the slow tier (fuzzers, proofs, rule checks, networks, notebooks)
@@ -29,7 +29,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+	$(PY) scripts/typecheck.py
 
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict

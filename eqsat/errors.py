@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class EqsatError(Exception):
     """Base class of every error eqsat raises on purpose."""
@@ -33,6 +35,6 @@ class UnsoundRuleError(EqsatError):
     """A rule written by a user whose sides differ: ``inputs`` is the counterexample (by parameter
     name), ``lhs`` and ``rhs`` what each side computed from it."""
 
-    def __init__(self, message: str, inputs: dict[str, object], lhs: object, rhs: object) -> None:
+    def __init__(self, message: str, inputs: Mapping[str, object], lhs: object, rhs: object) -> None:
         super().__init__(message)
-        self.inputs, self.lhs, self.rhs = inputs, lhs, rhs
+        self.inputs, self.lhs, self.rhs = dict(inputs), lhs, rhs
