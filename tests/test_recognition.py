@@ -7,8 +7,11 @@ flax, equinox, Keras and a reference implementation write them are one op each."
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
 import os
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -17,6 +20,9 @@ import numpy as np
 import pytest
 
 import eqsat
+from eqsat.cost.models import FunctionCost
+from eqsat.frontend import jax as jax_frontend
+from eqsat.ops import OPS
 
 ATTENTION_OPS = ("attention", "flash_attention")
 TOLERANCE = {"float32": 2e-5, "bfloat16": 5e-2}
@@ -411,3 +417,34 @@ def test_intermediate_and_norm_ops_name_operands_that_do_not_fit(build, message)
     """The ops recognition introduces refuse operands they cannot hold, with the reason."""
     with pytest.raises(eqsat.ShapeError, match=message):
         build(eqsat.Builder())
+
+
+def _named_by_the_jax_frontend() -> set[str]:
+    """The ops the JAX frontend emits by name (its handlers' string literals that name an op)."""
+    tree = ast.parse(Path(inspect.getfile(jax_frontend)).read_text())
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in OPS}
+
+
+def test_every_op_no_primitive_spells_lists_its_spellings():
+    """An op that neither a JAX primitive (``OpDef.jax``) nor the JAX frontend spells is reached only
+    through rules: its definition lists the library code that means it (``OpDef.spellings``)."""
+    unspelled = [
+        name
+        for name, op in OPS.items()
+        if not op.jax and name not in _named_by_the_jax_frontend() and not op.spellings
+    ]
+    assert unspelled == [], f"list the code that means these ops beside them (OpDef.spellings): {unspelled}"
+
+
+SPELLINGS = [(name, s) for name, op in OPS.items() for s in op.spellings]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "spelling"), SPELLINGS, ids=[f"{n}-{s.fn.__name__}" for n, s in SPELLINGS])
+def test_each_spelling_reaches_its_op(name, spelling):
+    """Traced and saturated with the default rules, the spelling reaches the op: extraction that prices
+    the op at nothing and every other op at 1 takes it, and the program still computes the same."""
+    program = eqsat.from_jax(spelling.fn, *(jax.ShapeDtypeStruct(t.shape, t.dtype) for t in spelling.args))
+    prefer = FunctionCost(lambda op, attrs, ins, out: 0.0 if op == name else 1.0)
+    result = eqsat.optimize(program, cost=prefer, verify=True)
+    assert name in result.program.op_counts(), (spelling.source, result.program.op_counts())

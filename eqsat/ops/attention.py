@@ -40,9 +40,11 @@ from .base import (
     Kernel,
     OpDef,
     PhasesFn,
+    Spelling,
     contraction_kind,
     like,
     product_kind,
+    spelled,
 )
 from .flash import Blocks, Masking, blocked_attention, flash_blocks, flash_key_blocks, soft_cap
 from .linear import matmul
@@ -163,6 +165,25 @@ def _scores_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> l
     return kernels
 
 
+_HEADS = ((2, 4, 16, 8), "float32")  # (batch, heads, length, head dim)
+_TOKENS = ((2, 16, 4, 8), "float32")  # (batch, length, heads, head dim): jax.nn.dot_product_attention's
+
+
+@spelled("q kᵀ / √d (flax's dot_product_attention_weights, HF Flax)", _HEADS, _HEADS)
+def _scaled_product(q: jax.Array, k: jax.Array) -> jax.Array:
+    return jnp.einsum("...hqd,...hkd->...hqk", q / jnp.sqrt(q.shape[-1]).astype(q.dtype), k)
+
+
+@spelled("jax.nn.dot_product_attention", _TOKENS, _TOKENS, _TOKENS)
+def _dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    return jax.nn.dot_product_attention(q, k, v)
+
+
+@spelled("jax.nn.dot_product_attention(is_causal=True)", _TOKENS, _TOKENS, _TOKENS)
+def _causal_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    return jax.nn.dot_product_attention(q, k, v, is_causal=True)
+
+
 SCORES = OpDef(
     "scores",
     3,
@@ -179,6 +200,7 @@ SCORES = OpDef(
     same_dtype=(0, 1),
     check=_scores_operands,
     lower=_scores,
+    spellings=(_scaled_product,),
 )
 
 
@@ -426,7 +448,9 @@ def flash_attention(
     return out[..., :sq, :].astype(out_dtype)
 
 
-def _attention(name: str, doc: str, phases: PhasesFn, lower: object) -> OpDef:
+def _attention(
+    name: str, doc: str, phases: PhasesFn, lower: object, spellings: tuple[Spelling, ...]
+) -> OpDef:
     """The attention ops differ only in how they run (their kernels), not in what they compute."""
     return OpDef(
         name,
@@ -450,6 +474,7 @@ def _attention(name: str, doc: str, phases: PhasesFn, lower: object) -> OpDef:
         same_dtype=(0, 1, 2),
         check=_attention_operands,
         lower=lower,  # type: ignore[arg-type]
+        spellings=spellings,
     )
 
 
@@ -466,11 +491,13 @@ ATTENTION = [
         "returned in q's dtype (both dtypes default to q's, at least float32); scores materialized",
         _attention_phases,
         naive_attention,
+        (_dot_product_attention,),
     ),
     _attention(
         "flash_attention",
         "attention streamed over key blocks with the online (stats-form) softmax: no S×S scores",
         _flash_phases,
         flash_attention,
+        (_causal_attention,),
     ),
 ]

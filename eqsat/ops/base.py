@@ -89,6 +89,24 @@ def io_bytes(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
     return float(sum(t.nbytes for t in ins) + out.nbytes)
 
 
+class Spelling(NamedTuple):
+    """Library code that means an op no JAX primitive spells: ``fn``, JAX as ``source`` writes it,
+    traced at ``args``, reaches the op through the default rules (``tests/test_recognition.py``)."""
+
+    source: str
+    fn: Callable[..., Any]
+    args: tuple[TensorType, ...]
+
+
+def spelled(source: str, *args: tuple[tuple[int, ...], str]) -> Callable[[Callable[..., Any]], Spelling]:
+    """Decorator: the function is ``source``'s spelling of an op, traced at ``args`` (shape, dtype)."""
+
+    def wrap(fn: Callable[..., Any]) -> Spelling:
+        return Spelling(source, fn, tuple(TensorType(shape, dtype) for shape, dtype in args))
+
+    return wrap
+
+
 @dataclass(frozen=True)
 class OpDef:
     """One canonical op, in one place.
@@ -97,7 +115,8 @@ class OpDef:
     ``lower``: its JAX lowering, ``fn(*operands, **attrs)``. ``jax`` and ``paddle``: the JAX primitives
     and Paddle ops (``pd.exp``; Paddle 3 prints ``pd_op.exp``) that mean exactly this op of the same
     operands, with no attributes to translate; spellings that need translating have a handler in
-    their frontend instead.
+    their frontend instead. An op that no primitive spells (a fused op, an activation) lists
+    ``spellings``: the libraries' code that means it, which the rules recognize.
     """
 
     name: str
@@ -121,6 +140,7 @@ class OpDef:
     lower: Lowering | None = field(default=None, compare=False)
     jax: tuple[str, ...] = ()
     paddle: tuple[str, ...] = ()
+    spellings: tuple[Spelling, ...] = field(default=(), compare=False)
 
     @property
     def fusion_kind(self) -> Fusion:

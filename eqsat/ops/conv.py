@@ -19,7 +19,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule, vec
 from eqsat.types import TensorType
 
-from .base import ACT, AXIS, Attr, Kernel, OpDef, contraction_kind, floats, product_kind
+from .base import ACT, AXIS, Attr, Kernel, OpDef, contraction_kind, floats, product_kind, spelled
 from .elementwise import ACTIVATIONS
 
 Array = jax.Array
@@ -419,6 +419,22 @@ def _conv_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> lis
     return products + [Kernel(float(out.size * (found - 1)), written * (found + 1))] * (found > 1)
 
 
+_IMAGES, _CHANNELS = ((2, 8, 8, 3), "float32"), ((4,), "float32")
+
+
+@spelled("flax.linen.Conv then relu", _IMAGES, ((3, 3, 3, 4), "float32"), _CHANNELS)
+def _flax_conv_relu(x: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
+    dims = ("NHWC", "HWIO", "NHWC")
+    return jax.nn.relu(lax.conv_general_dilated(x, kernel, (1, 1), "SAME", dimension_numbers=dims) + bias)
+
+
+@spelled("flax.linen.BatchNorm at inference", ((2, 8, 8, 4), "float32"), *[_CHANNELS] * 4)
+def _flax_batch_norm(
+    x: jax.Array, scale: jax.Array, bias: jax.Array, mean: jax.Array, var: jax.Array
+) -> jax.Array:
+    return (x - mean) * (lax.rsqrt(var + 1e-5) * scale) + bias
+
+
 CONV = [
     OpDef(
         "conv2d",
@@ -452,6 +468,7 @@ CONV = [
         phases=_conv_phases,
         check=floats,
         lower=_conv2d_bias_act,
+        spellings=(_flax_conv_relu,),
     ),
     OpDef(
         "pool2d",
@@ -476,5 +493,6 @@ CONV = [
         check=_per_channel,
         fusion="loop",
         lower=_batch_norm,
+        spellings=(_flax_batch_norm,),
     ),
 ]

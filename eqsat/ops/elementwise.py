@@ -17,7 +17,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import Broadcast, FromAttr, SameAs, broadcast
 from eqsat.types import FLOAT_DTYPES, TensorType
 
-from .base import Attr, Lowering, OpDef, elementwise_flops, floats, no_flops, numeric
+from .base import Attr, Lowering, OpDef, elementwise_flops, floats, no_flops, numeric, spelled
 
 Array = jax.Array
 
@@ -156,6 +156,30 @@ def gelu_erf(x: Array) -> Array:
 
 
 # The epilogues a fused op (linear, conv2d_bias_act) may apply, by its ``act`` attribute.
+# What libraries write for the ops no JAX primitive spells (``OpDef.spellings``)
+_ROWS = ((4, 16), "float32")
+
+
+@spelled("jax.nn.gelu (flax, haiku, HF Flax GPT-2)", _ROWS)
+def _gelu_tanh(x: Array) -> Array:
+    return jax.nn.gelu(x)
+
+
+@spelled("jax.nn.gelu(approximate=False) (HF Flax BERT, Whisper)", _ROWS)
+def _gelu_exact(x: Array) -> Array:
+    return jax.nn.gelu(x, approximate=False)
+
+
+@spelled("a product by a constant plus an offset", _ROWS)
+def _scaled(x: Array) -> Array:
+    return x * 0.5 + 0.25
+
+
+@spelled("a product plus a tensor", _ROWS, _ROWS, _ROWS)
+def _multiply_add(x: Array, y: Array, z: Array) -> Array:
+    return x * y + z
+
+
 ACTIVATIONS: dict[str, Any] = {"none": lambda x: x, "relu": jax.nn.relu, "gelu": gelu, "gelu_erf": gelu_erf}
 
 
@@ -287,7 +311,16 @@ UNARY = [
     _unary("sigmoid", "1 / (1 + e**-x)", jax.nn.sigmoid, jax="logistic", expensive=True),
     _unary("relu", "max(x, 0)", jax.nn.relu, jax="", floats_only=False),
     _unary("abs", "|x| (integers: the minimum stays itself, as it wraps)", jnp.abs, floats_only=False),
-    OpDef("gelu", 1, "GELU, tanh approximation", elementwise=True, expensive=True, check=floats, lower=gelu),
+    OpDef(
+        "gelu",
+        1,
+        "GELU, tanh approximation",
+        elementwise=True,
+        expensive=True,
+        check=floats,
+        lower=gelu,
+        spellings=(_gelu_tanh,),
+    ),
     OpDef(
         "gelu_erf",
         1,
@@ -296,6 +329,7 @@ UNARY = [
         expensive=True,
         check=floats,
         lower=gelu_erf,
+        spellings=(_gelu_exact,),
     ),
     OpDef(
         "erfc",
@@ -341,6 +375,7 @@ UNARY = [
         elementwise=True,
         check=floats,
         lower=_scale,
+        spellings=(_scaled,),
     ),
     OpDef(
         "cast",
@@ -374,4 +409,5 @@ FMA = OpDef(
     same_dtype=(0, 1, 2),
     fusion="loop",
     lower=lambda x, y, z: x * y + z,
+    spellings=(_multiply_add,),
 )

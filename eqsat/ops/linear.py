@@ -14,7 +14,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast
 from eqsat.types import TensorType
 
-from .base import ACT, RESULT_DTYPE, Attr, OpDef
+from .base import ACT, RESULT_DTYPE, Attr, OpDef, spelled
 from .elementwise import ACTIVATIONS
 
 Array = jax.Array
@@ -138,6 +138,13 @@ MATMUL = OpDef(
     contraction="dot",
     lower=matmul,
 )
+
+
+@spelled("flax.linen.Dense: x @ kernel + bias", ((4, 8), "float32"), ((8, 16), "float32"), ((16,), "float32"))
+def _dense(x: jax.Array, kernel: jax.Array, bias: jax.Array) -> jax.Array:
+    return jnp.dot(x, kernel) + bias
+
+
 LINEAR = OpDef(
     "linear",
     3,
@@ -150,4 +157,5 @@ LINEAR = OpDef(
     contraction="dot",
     check=_bias_in_result_dtype,
     lower=_linear,
+    spellings=(_dense,),
 )

@@ -17,7 +17,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule, broadcasts_to
 from eqsat.types import FLOAT_DTYPES, TensorType
 
-from .base import AXIS, Attr, Kernel, OpDef, floats
+from .base import AXIS, Attr, Kernel, OpDef, floats, spelled
 from .reduce import Reduce
 
 Array = jax.Array
@@ -35,6 +35,27 @@ def _reduce_mean(x: Array, *, axis: int, keepdim: int) -> Array:
     return _mean(x, axis, bool(keepdim))
 
 
+_ROWS, _VECTOR = ((4, 16), "float32"), ((16,), "float32")
+
+
+@spelled("jnp.mean", _ROWS)
+def _jnp_mean(x: Array) -> Array:
+    return jnp.mean(x, axis=-1)
+
+
+@spelled("flax.linen.RMSNorm", _ROWS, _VECTOR)
+def _flax_rms_norm(x: Array, scale: Array) -> Array:
+    mean_square = jnp.mean(lax.square(x), axis=-1, keepdims=True)
+    return x * lax.rsqrt(mean_square + 1e-6) * scale
+
+
+@spelled("flax.linen.LayerNorm (its fast variance)", _ROWS, _VECTOR, _VECTOR)
+def _flax_layer_norm(x: Array, scale: Array, bias: Array) -> Array:
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    variance = jnp.maximum(0.0, jnp.mean(lax.square(x), axis=-1, keepdims=True) - lax.square(mean))
+    return (x - mean) * (lax.rsqrt(variance + 1e-6) * scale) + bias
+
+
 REDUCE_MEAN = OpDef(
     "reduce_mean",
     1,
@@ -46,6 +67,7 @@ REDUCE_MEAN = OpDef(
     check=floats,
     fusion="reduce",
     lower=_reduce_mean,
+    spellings=(_jnp_mean,),
 )
 
 
@@ -127,6 +149,7 @@ NORMS = [
         fusion="reduce",
         check=_same_dtypes,
         lower=_rms_norm,
+        spellings=(_flax_rms_norm,),
     ),
     OpDef(
         "layer_norm",
@@ -141,5 +164,6 @@ NORMS = [
         fusion="reduce",
         check=_same_dtypes,
         lower=_layer_norm,
+        spellings=(_flax_layer_norm,),
     ),
 ]

@@ -15,7 +15,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule, broadcasts_to
 from eqsat.types import FLOAT_DTYPES, HALF_DTYPES, TensorType
 
-from .base import AXIS, RESULT_DTYPE, SHIFTED, Attr, Kernel, OpDef, floats
+from .base import AXIS, RESULT_DTYPE, SHIFTED, Attr, Kernel, OpDef, floats, spelled
 
 Array = jax.Array
 
@@ -100,6 +100,19 @@ def softmax(x: Array, *, axis: int, shifted: int = 1) -> Array:
     return e / jnp.sum(e, axis=axis, keepdims=True)
 
 
+_ROWS = ((4, 16), "float32")
+
+
+@spelled("jax.nn.softmax", _ROWS)
+def _jax_softmax(x: Array) -> Array:
+    return jax.nn.softmax(x)
+
+
+@spelled("flax's attention weights: masked logits filled with the dtype's minimum", _ROWS, ((4, 16), "bool"))
+def _filled_softmax(x: Array, mask: Array) -> Array:
+    return jax.nn.softmax(jnp.where(mask, x, jnp.finfo(x.dtype).min))
+
+
 SOFTMAX = OpDef(
     "softmax",
     1,
@@ -111,6 +124,7 @@ SOFTMAX = OpDef(
     check=floats,
     fusion="reduce",
     lower=softmax,
+    spellings=(_jax_softmax,),
 )
 
 
@@ -174,4 +188,5 @@ MASKED_SOFTMAX = OpDef(
     fusion="reduce",
     check=_masked_operands,
     lower=_masked_softmax,
+    spellings=(_filled_softmax,),
 )
