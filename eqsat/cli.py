@@ -1,9 +1,10 @@
-"""The ``eqsat`` command line: optimize, prove, show, rules, cache, calibrate, demo."""
+"""The ``eqsat`` command line: optimize, prove, show, rules, ops, cache, calibrate, demo."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -146,6 +147,23 @@ def _rules(args: argparse.Namespace) -> int:
         for r in rules:
             mark = ("" if r.exact else " *") + ("" if r.default else " -")
             print(f"  {r.name + mark:28} {r.reason}")
+    return 0
+
+
+def _ops(args: argparse.Namespace) -> int:
+    from eqsat.ops import OPS, VARIADIC
+
+    for op in OPS.values():
+        arity = "a list of" if op.arity == VARIADIC else op.arity
+        operands = f"{arity} operand{'' if op.arity == 1 else 's'}"
+        attrs = ", ".join(a.name if a.default is None else f"{a.name}={a.default}" for a in op.attrs)
+        reached = [*(f"jax {p}" for p in op.jax), *(f"paddle {p}" for p in op.paddle)]
+        reached += [f"spelled: {s.source}" for s in op.spellings]
+        print(f"{op.name}: {operands}" + (f"; {attrs}" if attrs else ""))
+        for line in textwrap.wrap(op.doc, 96):
+            print(f"    {line}")
+        if reached:
+            print(f"    [{', '.join(reached)}]")
     return 0
 
 
@@ -321,6 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     rules = sub.add_parser("rules", help="list the rewrite rules by theme")
     rules.set_defaults(func=_rules)
+
+    ops = sub.add_parser("ops", help="list the canonical ops: operands, attributes, meaning, spellings")
+    ops.set_defaults(func=_ops)
 
     cache = sub.add_parser(
         "cache",

@@ -37,7 +37,6 @@ SLOW_MODULES = {
     "test_fuzz",
     "test_fusion_attention",
     "test_prove",
-    "test_rules",
     "test_paddle_networks",
     "test_paddle_conformance",
     "test_real_models",

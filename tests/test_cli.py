@@ -11,6 +11,7 @@ import pytest
 
 from eqsat import Builder, config
 from eqsat.cli import main
+from eqsat.ops import OPS
 from eqsat.rules import RULESETS
 
 
@@ -18,7 +19,7 @@ def test_help_lists_the_commands():
     out = subprocess.run(
         [sys.executable, "-m", "eqsat.cli", "--help"], capture_output=True, text=True, check=True
     )
-    for command in ("optimize", "show", "rules", "demo"):
+    for command in ("optimize", "show", "rules", "ops", "demo"):
         assert command in out.stdout
 
 
@@ -50,6 +51,14 @@ def test_rules_lists_every_theme(capsys):
     for theme, rules in RULESETS.items():
         assert f"{theme}:" in out
         assert all(f"  {r.name} " in out for r in rules), theme
+
+
+def test_ops_lists_every_op_with_what_reaches_it(capsys):
+    assert main(["ops"]) == 0
+    out = capsys.readouterr().out
+    for name in OPS:
+        assert f"\n{name}: " in f"\n{out}", name
+    assert "spelled: flax.linen.RMSNorm" in out and "jax exp" in out
 
 
 def test_bad_input_is_an_error_message_not_a_traceback(tmp_path, capsys):

@@ -1,11 +1,12 @@
 """What the cost models price an op at (``eqsat/cost/models.py``): opaque lookups read the rows they
-return, not their whole table."""
+return, not their whole table; empty attention prices without dividing by zero."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import eqsat
 from eqsat.cost import Roofline, get_cost_model, phases
 from eqsat.ops import OPAQUE
 from eqsat.types import TensorType
+from tests.agreement import same_as_jax_jit
 
 TABLE, IDS, ROWS = (
     TensorType((50_000, 768), "float32"),
@@ -48,3 +50,11 @@ def test_a_models_error_is_what_the_benchmark_last_measured(name):
     bench = Path(__file__).resolve().parents[1] / "bench" / "cost_accuracy.json"
     measured = json.loads(bench.read_text())["summary"][f"all/{name}"]["gain_error"]
     assert get_cost_model(name).error == round(measured, 2)
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (0, 3), (3, 0)])
+def test_attention_over_empty_sequences_and_heads(shape):
+    """Found by the fuzzer: an attention with no queries, keys or head dims divided by zero in the
+    cost model's flash blocking."""
+    x = jnp.ones(shape, jnp.float32)
+    same_as_jax_jit(lambda x: jax.nn.softmax((x @ x.T) * 2.0, axis=-1) @ x, x, cost="roofline:cpu")

@@ -71,12 +71,15 @@ def test_every_exported_name_is_in_the_api_reference():
     assert not missing
 
 
-def test_the_rule_listing_in_the_docs_is_what_eqsat_rules_prints():
-    """docs/rules.md lists every rule as ``eqsat rules`` prints it: a rule added, renamed or reworded
-    without regenerating the listing fails here."""
+@pytest.mark.parametrize(
+    ("command", "page", "heading"), [("rules", "rules.md", "## All rules"), ("ops", "ops.md", "## All ops")]
+)
+def test_a_listing_in_the_docs_is_what_the_cli_prints(command, page, heading):
+    """docs/rules.md lists every rule as ``eqsat rules`` prints it, docs/ops.md every op as ``eqsat ops``
+    does: a rule or an op added, renamed or reworded without regenerating the listing fails here."""
     printed = subprocess.run(
-        [sys.executable, "-m", "eqsat.cli", "rules"], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "eqsat.cli", command], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    page = (ROOT / "docs" / "rules.md").read_text()
-    listing = page.split("## All rules", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+    text = (ROOT / "docs" / page).read_text()
+    listing = text.split(heading, 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     assert listing == printed

@@ -20,6 +20,7 @@ from eqsat.extract import greedy_dag, greedy_tree, ilp
 from eqsat.rules import select
 from eqsat.saturate import Limits, install, saturate
 from eqsat.verify import validate
+from tests.agreement import same_as_jax_jit
 from tests.strategies import programs
 
 
@@ -202,3 +203,38 @@ def test_the_ilp_prints_nothing(capfd):
     worker.start()
     worker.join()
     assert "HiGHS" not in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("n", [3, 30])
+def test_blow_ups_extract_from_typed_classes_only(n):
+    rng = np.random.default_rng(7)
+    dims = [int(d) for d in rng.choice([2, 3, 8, 16, 32, 64], n + 1)]
+    mats = [jnp.asarray(rng.normal(size=(dims[i], dims[i + 1])) / np.sqrt(dims[i])) for i in range(n)]
+
+    def chain(*ms):
+        out = ms[0]
+        for m in ms[1:]:
+            out = out @ m
+        return out
+
+    np.testing.assert_allclose(eqsat.jit(chain)(*mats), jax.jit(chain)(*mats), rtol=1e-4, atol=1e-5)
+    same_as_jax_jit(lambda x, w: ((x @ w) * 0.0) * 3.0, jnp.ones((2, 3)), jnp.ones((3, 4)))
+
+
+def test_extraction_never_picks_an_op_its_inputs_do_not_fit():
+    """Found by the fuzzer (float64 family): a float32 gram of an empty float64 matrix, then three
+    attentions. Every tensor is 0x0, so the shape guards cannot tell the float64 input from the
+    float32 values, and a combination of the matmul rules (assoc, scale motion, transposes) left a
+    matmul of a float32 and a float64 operand in the e-graph; extraction picked it and decoding
+    raised. Extraction now keeps only nodes whose op accepts their inputs' types."""
+
+    def attention(x):
+        return jax.nn.softmax((x @ x.T) * 2.0, axis=-1) @ x
+
+    def fn(x, s):
+        y = jnp.matmul(x * s, (x * s).T, preferred_element_type=jnp.float32)
+        return attention(attention(attention(y)))
+
+    with jax.enable_x64(True):
+        x = jnp.zeros((0, 0), jnp.float64)
+        same_as_jax_jit(fn, x, 1.0, limits=Limits(max_iterations=8, timeout_s=2.0))

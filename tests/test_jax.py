@@ -12,6 +12,7 @@ import eqsat
 from eqsat import MiscompileError, UnsupportedError
 from eqsat.ops import OPAQUE
 from eqsat.rules.base import rule
+from tests.agreement import same_as_jax_jit
 
 RNG = np.random.default_rng(0)
 
@@ -314,3 +315,26 @@ def test_folded_scalar_constants_are_what_xla_computes(name, dtype):
     x = jnp.zeros(len(_SPECIAL), jnp.float32)
     got, want = np.asarray(eqsat.jit(fn)(x)), np.asarray(jax.jit(fn)(x))
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "out", "value"), [(jnp.int8, jnp.int32, 100), (jnp.float16, jnp.float32, 200.0)]
+)
+def test_preferred_element_type_is_the_accumulation_type(dtype, out, value):
+    a = jnp.full((4, 4), value, dtype)
+    same_as_jax_jit(lambda a, b: lax.dot(a, b, preferred_element_type=out), a, a)
+    program = eqsat.from_jax(lambda a, b: jnp.dot(a, b, preferred_element_type=out), a, a)
+    (op,) = program.ops
+    assert op.name == "matmul" and op.attrs["dtype"] == np.dtype(out).name
+
+
+def test_weakly_typed_scalars_keep_the_arrays_dtype():
+    assert eqsat.jit(lambda x, s: x * s)(jnp.ones(3, jnp.float16), 2.0).dtype == jnp.float16
+
+
+def test_numpy_integer_axes_from_vmap_are_canonical():
+    program = eqsat.from_jax(jax.vmap(jax.nn.softmax), jnp.ones((3, 4, 5)))
+    assert "opaque" not in {op.name for op in program.ops}
+    same_as_jax_jit(
+        jax.vmap(jax.nn.softmax), jnp.asarray(np.random.default_rng(0).normal(size=(3, 4, 5)), jnp.float32)
+    )

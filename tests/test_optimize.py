@@ -221,3 +221,13 @@ def test_a_gain_is_a_fraction_of_the_cost_whatever_its_sign():
     cheaper = eqsat.api._cheaper
     assert cheaper(0.5, 1.0) and not cheaper(0.9995, 1.0) and not cheaper(1.5, 1.0)
     assert cheaper(-10.1, -10.0) and not cheaper(-10.005, -10.0) and not cheaper(-9.995, -10.0)
+
+
+@pytest.mark.slow
+def test_a_20000_op_chain_optimizes():
+    b = Builder()
+    y = b.input("x", (8, 16))
+    for i in range(20_000):
+        y = b.tanh(y) if i % 2 else b.relu(y)
+    result = eqsat.optimize(b.build(y), rules=["transpose"])
+    assert len(result.program.ops) == 20_000

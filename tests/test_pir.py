@@ -153,3 +153,80 @@ def test_a_registered_meaning_may_ask_for_the_result_types(meanings):
     (got,) = lower(eqsat.parse_pir(text))(x)
     assert seen == [(eqsat.TensorType((4, 3), "float32"),)]
     np.testing.assert_array_equal(np.asarray(got), np.concatenate([x, x]))
+
+
+_DATA = '{\n (%0) = "pd.data" () {name:"x"} : () -> pd.tensor<2x3xf32>\n'
+
+
+_FETCH = ' (%9) = "pd.fetch" (%1) {name:"out"} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n}\n'
+
+
+_BAD_PIR = {
+    "huge full": _DATA + ' (%1) = "pd.full" () {dtype:float32,shape:IntArray[1000000,1000000],value:1.0}'
+    " : () -> pd.tensor<1000000x1000000xf32>\n" + _FETCH,
+    "negative dim": _DATA + ' (%1) = "pd.full" () {dtype:float32,shape:IntArray[-1,3],value:1.0}'
+    " : () -> pd.tensor<2x3xf32>\n" + _FETCH,
+    "1e20 dim": _DATA.replace("2x3", "100000000000000000000x3"),
+    "no type": '{\n (%1) = "pd.data" () {name:"x"} : () -> \n' + _FETCH,
+    "no result type after the arrow": _DATA.replace("pd.tensor<2x3xf32>", "") + _FETCH,
+    "unclosed attribute list": _DATA.replace('{name:"x"}', '{name:"x",foo:[1,2}') + _FETCH,
+    "unbalanced type": _DATA.replace("pd.tensor<2x3xf32>", "pd.tensor<2x3xf32>>") + _FETCH,
+    "no result": _DATA
+    + ' () = "pd.full_int_array" () {value:IntArray[1]} : () -> pd.tensor<1xi64>\n'
+    + _FETCH,
+    "combine with no result": _DATA
+    + ' () = "builtin.combine" (%0, %0) {} : (pd.tensor<2x3xf32>, pd.tensor<2x3xf32>) -> vec[]\n'
+    + ' (%1) = "pd.relu" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n'
+    + _FETCH,
+    "shape with no result": _DATA
+    + ' () = "pd.shape64" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2xi64>\n'
+    + ' (%1) = "pd.relu" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n'
+    + _FETCH,
+    "lone surrogate in a name": _DATA.replace('"x"', '"x\udcea"')
+    + ' (%1) = "pd.relu" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n'
+    + _FETCH,
+    "reshape 0 beyond rank": _DATA
+    + ' (%5) = "pd.full_int_array" () {value:IntArray[0,0,0,6]} : () -> pd.tensor<4xi64>\n'
+    ' (%1) = "pd.reshape" (%0, %5) {} : (pd.tensor<2x3xf32>, pd.tensor<4xi64>) -> pd.tensor<2x3xf32>\n'
+    + _FETCH,
+    "concat axis list": _DATA + ' (%3) = "builtin.combine" (%0, %0) {} : () -> vec[]\n'
+    ' (%4) = "pd.full_int_array" () {value:IntArray[0,1]} : () -> pd.tensor<2xi64>\n'
+    ' (%1) = "pd.concat" (%3, %4) {} : () -> pd.tensor<4x3xf32>\n' + _FETCH,
+    "bias not a number": _DATA
+    + ' (%3) = "pd.full" () {dtype:float32,shape:IntArray[1],value:2.0} : () -> pd.tensor<1xf32>\n'
+    ' (%1) = "pd.scale" (%0, %3) {bias:"abc"}'
+    " : (pd.tensor<2x3xf32>, pd.tensor<1xf32>) -> pd.tensor<2x3xf32>\n" + _FETCH,
+    "transpose flag 5": _DATA + ' (%1) = "pd.matmul" (%0, %0) {transpose_x:0,transpose_y:5}'
+    " : (pd.tensor<2x3xf32>, pd.tensor<2x3xf32>) -> pd.tensor<2x2xf32>\n" + _FETCH.replace("2x3", "2x2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BAD_PIR))
+def test_bad_pir_is_one_parse_error_naming_the_line(name):
+    with pytest.raises(ParseError, match=r"line \d+"):
+        eqsat.parse_pir(_BAD_PIR[name])
+
+
+def test_a_non_utf8_file_is_a_parse_error(tmp_path):
+    path = tmp_path / "bad.pir"
+    path.write_bytes(b'{\n (%0) = "pd.data" () {name:"\xff\xfe"} : () -> pd.tensor<2xf32>\n}\n')
+    with pytest.raises(ParseError, match="UTF-8"):
+        eqsat.load(path)
+
+
+@pytest.mark.slow
+def test_pir_mutations_never_raise_internal_errors():
+    """Random byte-level mutations of a valid dump: each loads, or fails with a ParseError."""
+    text = _DATA + ' (%1) = "pd.relu" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<2x3xf32>\n' + _FETCH
+    rng = np.random.default_rng(0)
+    alphabet = [*'0123456789-x%(){}[]:,"e.', "1e20", "-1", "true", "IntArray[", "f16", "i64"]
+    for _ in range(200):
+        chars = list(text)
+        for _ in range(int(rng.integers(1, 4))):
+            i = int(rng.integers(len(chars)))
+            chars[i] = str(rng.choice(alphabet)) if rng.random() < 0.7 else ""
+        try:
+            program = eqsat.parse_pir("".join(chars))
+        except ParseError:
+            continue
+        eqsat.optimize(program)

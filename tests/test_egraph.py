@@ -1,4 +1,5 @@
-"""The e-graph's shape and dtype analysis agrees with the Python shape rules of eqsat/ops.
+"""The e-graph (``eqsat.egraph``): its shape and dtype analysis agrees with the Python shape rules of
+eqsat/ops, and encoding keeps what egglog's values would lose (the sign of zero, every bit of an int64).
 
 Programs are encoded without their op types (``encode(typed=False)``), so the analysis derives every
 one of them; optimize states them all and the analysis then only confirms them."""
@@ -8,10 +9,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import jax
+import jax.numpy as jnp
 from hypothesis import HealthCheck, given, settings
 
 import eqsat
 from eqsat.egraph import Serialized, encode, new_egraph
+from tests.agreement import same_as_jax_jit
 from tests.strategies import programs
 
 
@@ -81,3 +85,14 @@ def test_every_op_the_random_programs_leave_out():
         b.cast(x, dtype="bfloat16"),
     ]
     _assert_analysis_agrees(b.build(*outs))
+
+
+def test_the_sign_of_zero_is_kept():
+    same_as_jax_jit(lambda x: (1 / (x * 0.0), 1 / (x * -0.0)), jnp.array([1.0, 2.0]), rules=[])
+    same_as_jax_jit(lambda x: (1 / (x * 0.0), 1 / (x * -0.0)), jnp.array([1.0, 2.0]))
+
+
+def test_int64_literals_keep_every_bit():
+    with jax.enable_x64(True):
+        x = jnp.array([0, 12345], jnp.int64)
+        same_as_jax_jit(lambda x: (x + (2**53 + 1), x * 6364136223846793005 + 1442695040888963407), x)

@@ -1,5 +1,6 @@
-"""``eqsat.jit`` takes what ``jax.jit`` takes: static and donated arguments, shardings, keep_unused; and
-offers ``.lower()``, ``.trace()``, ``.eval_shape()``. Sharded programs run over 8 (host) devices."""
+"""``eqsat.jit`` takes what ``jax.jit`` takes: static and donated arguments (by index or name, nested),
+shardings, keep_unused, PRNG keys; and offers ``.lower()``, ``.trace()``, ``.eval_shape()``. Sharded
+programs run over 8 (host) devices."""
 
 from __future__ import annotations
 
@@ -216,3 +217,22 @@ def test_the_jit_surface_has_result_clear_cache_backend_and_inline():
 def test_the_command_line_says_its_version():
     out = subprocess.run([sys.executable, "-m", "eqsat.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and re.match(r"eqsat \d+\.\d+\.\d+ \(egglog ", out.stdout)
+
+
+def test_jax_random_runs_inside_eqsat_jit():
+    f = lambda x: x + jax.random.normal(jax.random.key(0), x.shape)  # noqa: E731
+    g = lambda x: x + jax.random.normal(jax.random.PRNGKey(0), x.shape)  # noqa: E731
+    for fn in (f, g):
+        np.testing.assert_array_equal(eqsat.jit(fn)(jnp.ones(3)), jax.jit(fn)(jnp.ones(3)))
+
+
+def test_static_arguments_and_nesting_behave_as_in_jax_jit():
+    x = jnp.ones((4, 4))
+    assert float(eqsat.jit(lambda x, k: x * k, static_argnums=-1)(x, 3)[0, 0]) == 3.0
+    scaled = eqsat.jit(lambda x, k: x * k if k > 2 else x, static_argnums=1)
+    assert float(scaled(x, k=3)[0, 0]) == 3.0
+    assert float(eqsat.jit(lambda x, k: x * k, static_argnames="k")(x, k=4)[0, 0]) == 4.0
+    nested = jax.jit(lambda x: eqsat.jit(lambda z: z @ x + 1.0)(x))(x)
+    np.testing.assert_allclose(nested, x @ x + 1.0)
+    with pytest.raises(eqsat.EqsatError, match="out of range"):
+        eqsat.jit(lambda x: x, static_argnums=3)
