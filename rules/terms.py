@@ -150,7 +150,7 @@ def TList(*items: Term) -> Term:
 
 def pair(a: Term, b: Term, axis: Term | int) -> Term:
     """The concatenation of ``a`` and ``b`` along ``axis``."""
-    return Concat(TList(a, b), axis=axis)
+    return constructor("concat")(TList(a, b), axis=axis)
 
 
 def vec(items: Iterable[Operand]) -> Term:
@@ -350,26 +350,13 @@ def rule_command(
     return f"(rule ({' '.join(facts)}) ({' '.join(actions)}) :ruleset {ruleset}{named})"
 
 
-Full = constructor("full")
-Matmul = constructor("matmul")
-Add, Sub, Mul, Div = (constructor(n) for n in ("add", "sub", "mul", "div"))
-Rem, Maximum, Minimum, Pow = (constructor(n) for n in ("rem", "maximum", "minimum", "pow"))
-Eq, Ne, Lt, Le, Gt, Ge = (constructor(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
-LogicalAnd, LogicalOr, LogicalNot = (constructor(n) for n in ("logical_and", "logical_or", "logical_not"))
-Iota = constructor("iota")
-Exp, Log, Tanh, Sigmoid = (constructor(n) for n in ("exp", "log", "tanh", "sigmoid"))
-Relu, Gelu, Neg, Sqrt, Rsqrt = (constructor(n) for n in ("relu", "gelu", "neg", "sqrt", "rsqrt"))
-GeluErf, Erfc = constructor("gelu_erf"), constructor("erfc")
-Sin, Cos, IsFinite, Abs = (constructor(n) for n in ("sin", "cos", "is_finite", "abs"))
-StopGradient = constructor("stop_gradient")
-Scale, Cast = constructor("scale"), constructor("cast")
-Transpose, Reshape, Expand = (constructor(n) for n in ("transpose", "reshape", "expand"))
-Concat, Split = constructor("concat"), constructor("split")
-ReduceMax, ReduceSum = constructor("reduce_max"), constructor("reduce_sum")
-Linear, Fma = constructor("linear"), constructor("fma")
-Attention, FlashAttention = constructor("attention"), constructor("flash_attention")
-Select, Softmax = constructor("select"), constructor("softmax")
-Scores, MaskedSoftmax = constructor("scores"), constructor("masked_softmax")
-ReduceMean, RmsNorm, LayerNorm = (constructor(n) for n in ("reduce_mean", "rms_norm", "layer_norm"))
-Conv2d, Conv2dBiasAct = constructor("conv2d"), constructor("conv2d_bias_act")
-Pool2d, BatchNorm = constructor("pool2d"), constructor("batch_norm")
+# Each op's constructor by its egglog name (``Matmul``, ``ReduceMax``): derived from ``OPS`` on first use,
+# so a new op has one without a line here (``from .terms import Matmul``).
+_BY_CTOR = {op.ctor: name for name, op in OPS.items()}
+
+
+def __getattr__(name: str) -> Callable[..., Term]:
+    if name not in _BY_CTOR:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = globals()[name] = constructor(_BY_CTOR[name])
+    return made

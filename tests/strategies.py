@@ -26,7 +26,7 @@ from jax import lax
 from eqsat import Builder, Program, Value
 from eqsat.ir import Op, TensorType
 from eqsat.numerics import INPUT_KINDS, random_array
-from eqsat.ops import FLOAT_DTYPES, OPAQUE
+from eqsat.ops import FLOAT_DTYPES, OPAQUE, OPS, OpDef
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -162,10 +162,21 @@ def _opaque(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value:
     return out
 
 
+def _accepts(op: OpDef, dtype: str) -> bool:
+    return op.check is None or op.check([TensorType((1,), dtype)], {}) is None
+
+
+# Every elementwise op of one operand and no attribute that keeps its operand's dtype, derived from OPS
+# (a new one is in the random programs without a line here), floats only where it refuses integers.
+_UNARY = {
+    name: _unary(name, floats_only=not _accepts(op, "int32"))
+    for name, op in OPS.items()
+    if op.arity == 1 and op.elementwise and not op.attrs and op.dtype == 0 and _accepts(op, "float32")
+}
+
 MAKERS: dict[str, Callable[..., Value | None]] = {
     **{name: _binary(name) for name in ("add", "sub", "mul", "div", "rem", "maximum", "minimum")},
-    **{name: _unary(name, True) for name in ("exp", "log", "tanh", "sigmoid", "gelu", "sqrt", "rsqrt")},
-    **{name: _unary(name, False) for name in ("relu", "neg", "abs")},
+    **_UNARY,
     "transpose": _transpose,
     "reshape": _reshape,
     "expand": _expand,
