@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 
 import eqsat
 from eqsat.egraph import Serialized, encode, new_egraph
+from eqsat.ops import OPAQUE, OPS
 from tests.agreement import same_as_jax_jit
-from tests.strategies import programs
+from tests.strategies import MAKERS, programs
 
 
 def _analysed(program: eqsat.Program) -> tuple[Serialized, list[str]]:
@@ -83,8 +84,19 @@ def test_every_op_the_random_programs_leave_out():
         b.pool2d(img, kind="avg", window=(2, 3), strides=(2, 2)),
         b.softmax(x, axis=-1),
         b.cast(x, dtype="bfloat16"),
+        *(b.op(compare, x, x) for compare in ("eq", "ne", "lt", "le", "ge")),
+        b.op("logical_not", b.op("logical_or", b.op("logical_and", mask, mask), mask)),
+        b.op("is_finite", x),
+        b.op("pow", x, b.full(shape=(), value=2.0, dtype="float32")),
+        b.op("reduce_mean", x, axis=3, keepdim=1),
+        b.op("rms_norm", x, b.input("g", (5,)), epsilon=1e-6),
+        b.op("layer_norm", x, b.input("ln_g", (5,)), b.input("ln_b", (5,)), epsilon=1e-5),
+        b.op("scores", b.input("sq", (2, 6, 8)), b.input("sk", (2, 7, 8)), bias, scale=0.5),
     ]
-    _assert_analysis_agrees(b.build(*outs))
+    program = b.build(*outs)
+    _assert_analysis_agrees(program)
+    left_out = set(OPS) - {OPAQUE} - set(MAKERS) - {op.name for op in program.ops}
+    assert not left_out, f"in neither the random programs (tests/strategies.py) nor this test: {left_out}"
 
 
 def test_the_sign_of_zero_is_kept():
