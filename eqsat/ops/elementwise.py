@@ -39,7 +39,7 @@ def _unary(
     """An op of one float (or numeric) operand, Paddle's op of its name; its JAX primitive is also its
     name unless ``jax`` names another ("" for none)."""
     check = floats if floats_only else numeric
-    spelled = (name if jax is None else jax,)
+    primitive = name if jax is None else jax
     return OpDef(
         name,
         1,
@@ -48,7 +48,7 @@ def _unary(
         expensive=expensive,
         check=check,
         lower=lower,
-        jax=spelled if spelled[0] else (),
+        jax=(primitive,) if primitive else (),
         paddle=(f"pd.{name}",),
     )
 
