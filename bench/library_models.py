@@ -206,11 +206,11 @@ def dot_product_attention(
     option: str = "plain",
 ) -> Case:
     """``jax.nn.dot_product_attention`` (BSHD) with one of its options: ``plain``, ``bias``, ``mask``,
-    ``causal``, ``gqa`` (2 kv heads for ``heads`` query heads), ``gqa-causal``."""
+    ``causal``, ``gqa`` (2 kv heads for ``heads`` query heads), ``gqa-causal``, ``gqa-bias``."""
     kv_heads = 2 if option.startswith("gqa") else heads
     q, k, v = _qkv(batch, seq, heads, kv_heads, dim, dtype)
     rng = np.random.default_rng(3)
-    if option == "bias":
+    if option in ("bias", "gqa-bias"):
         bias = jnp.asarray(rng.normal(size=(1, heads, seq, seq)), dtype)
         return (lambda q, k, v, bias: jax.nn.dot_product_attention(q, k, v, bias=bias)), (q, k, v, bias)
     if option == "mask":
@@ -231,6 +231,6 @@ CASES: dict[str, Callable[..., Any]] = {
     "haiku-mha": haiku_attention,
     **{
         f"jax-dpa-{o}": functools.partial(dot_product_attention, option=o)
-        for o in ("plain", "bias", "mask", "causal", "gqa", "gqa-causal")
+        for o in ("plain", "bias", "mask", "causal", "gqa", "gqa-causal", "gqa-bias")
     },
 }

@@ -51,7 +51,16 @@ class _Rewriter:
         self.source: dict[int, Value] = {}  # a reshape's result -> the value it reshapes
         self.iotas: dict[int, int] = {}  # an iota's result -> its dimension
         self.permutes: dict[int, tuple[Value, list[int]]] = {}  # a transpose's result -> permuted()'s args
+        # values a transpose stays outermost for: a matmul's operands (rules fold it into the flags) and
+        # an elementwise op's operand that broadcasts (rules match it against the other's transpose)
         self.operands = {id(v) for op in program.ops if op.name == "matmul" for v in op.inputs}
+        self.operands |= {
+            id(v)
+            for op in program.ops
+            if op.name in OPS and OPS[op.name].elementwise and len(op.inputs) == 2
+            for v in op.inputs
+            if v.type.shape != op.output.type.shape
+        }
         self.windowed = _windowed(program)
 
     def iota(self, shape: tuple[int, ...], dimension: int, dtype: str) -> Value:
@@ -124,9 +133,10 @@ class _Rewriter:
 
     def permuted(self, x: Value, order: list[int], shape: tuple[int, ...], operand: bool) -> Value:
         """``x`` as ``shape``, whose dims that are not 1 are x's axes ``order``, in that order: a
-        reshape if they keep their order, else a transpose. For a matmul ``operand`` the transpose is
-        outermost (of x reshaped to its other dims and the 1s ``shape`` needs), so rules fold it into
-        the matmul's flags; otherwise it applies to x (before reshapes that only moved 1s), so rules
+        reshape if they keep their order, else a transpose. For an ``operand`` (of a matmul, or one an
+        elementwise op broadcasts) the transpose is outermost (of x reshaped to the 1s ``shape`` needs
+        and its other dims, in order), so rules fold it into the matmul's flags or match it against the other
+        operand's transpose; otherwise it applies to x (before reshapes that only moved 1s), so rules
         see a transposed product."""
         nonunit = sorted(order)
         if order == nonunit:
@@ -137,10 +147,10 @@ class _Rewriter:
             out = self.reshape(moved, shape)
         else:
             ones = [i for i, d in enumerate(shape) if d == 1]
-            src = self.reshape(x, (*(x.type.shape[a] for a in nonunit), *(1 for _ in ones)))
+            src = self.reshape(x, (*(1 for _ in ones), *(x.type.shape[a] for a in nonunit)))
             axes = iter(order)
             perm = tuple(
-                len(nonunit) + ones.index(i) if d == 1 else nonunit.index(next(axes))
+                ones.index(i) if d == 1 else len(ones) + nonunit.index(next(axes))
                 for i, d in enumerate(shape)
             )
             out = self.new.add_op("transpose", [src], perm=perm)

@@ -171,6 +171,41 @@ PRODUCTS_IN_RANGE = "the products of its inputs in either grouping stay in range
 _ONE = Full(shape=SCALAR, value=1.0, dtype="d")  # a scalar one of x's dtype
 _TWO = Full(shape=SCALAR, value=2.0, dtype="d")
 
+
+def _batch_factor() -> tuple[Variant, ...]:
+    """x·f or f·x as either operand of a product, f constant along the matrix dims (its last two 1)."""
+    guards = (
+        equal(rank("f"), rank("x")),
+        equal(dim("f", last_axis("f")), 1),
+        equal(dim("f", last_axis("f") - 1), 1),
+        equal("d", dtype_of("x")),
+    )
+    out = Mul(Matmul("x", "y", **_FLAGS), "f")
+    return (
+        *(
+            Variant(Matmul(factored, "y", **_FLAGS), out, guards)
+            for factored in (Mul("x", "f"), Mul("f", "x"))
+        ),
+        *(
+            Variant(Matmul("y", factored, **_FLAGS), Mul(Matmul("y", "x", **_FLAGS), "f"), guards)
+            for factored in (Mul("x", "f"), Mul("f", "x"))
+        ),
+    )
+
+
+def _batch_factor_example(rng: Any) -> dict[str, Any]:
+    """x and y square in their matrix dims (any flags fit), a factor varying along some batch dims."""
+    b, h, n = (int(d) for d in rng.integers(1, 4, 3))
+    return {
+        "x": TensorType((b, h, n, n), F32),
+        "y": TensorType((1, h, n, n), F32),
+        "f": TensorType((b if rng.random() < 0.5 else 1, h, 1, 1), F32),
+        "tx": int(rng.integers(2)),
+        "ty": int(rng.integers(2)),
+        "d": F32,
+    }
+
+
 RULES = [
     Rule(
         "matmul-assoc",
@@ -221,6 +256,15 @@ RULES = [
         ),
         lambda rng: {**_scaled(rng), "tx": 0, "ty": 0},
         exact=False,
+    ),
+    Rule(
+        "batch-factor-out-of-matmul",
+        "(x·f)·y = (x·y)·f, and y·(x·f) = (y·x)·f, for f constant along the product's matrix dims (HF "
+        "BERT's per-head mask on attention probabilities): the factor moves after the product",
+        _batch_factor(),
+        _batch_factor_example,
+        exact=False,
+        assumes=PRODUCTS_IN_RANGE,
     ),
     rule(
         "scale-compose",

@@ -3,6 +3,8 @@ poolings in either layout between transposes."""
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any
 
 from eqsat.ir import TensorType
@@ -104,6 +106,98 @@ def _scalar_out_of_binary(op: str) -> Rule:
         f"transpose-out-of-{op}-with-a-scalar",
         f"{op} of a transposed tensor and a scalar (either order) is the transpose of {op} of the two",
         tuple(Variant(lhs, Transpose(inner, perm="p")) for lhs, inner in pairs),
+        example,
+    )
+
+
+def _same(a: Operand, b: Operand) -> Expr:
+    """1 where the non-negative integers ``a`` and ``b`` are equal, else 0."""
+    return 1 - smallest(1, largest(call("-", a, b), call("-", b, a)))
+
+
+def _relative(p1: str, p2: str, r: int) -> str:
+    """The permutation q (rank ``r``) that ``p1`` composes with into ``p2``: transpose(transpose(y, q), p1)
+    is transpose(y, p2), so q[p1[i]] = p2[i], q[j] = Σ_i p2[i]·[p1[i] = j]."""
+    return vec(
+        functools.reduce(operator.add, (get(p2, i) * _same(get(p1, i), j) for i in range(r)))
+        for j in range(r)
+    )
+
+
+def _keeps_last(p: str) -> str:
+    """Guard: the permutation ``p`` keeps the last axis last (a relayout of batch-like axes: heads,
+    groups; one that moves the contiguous axis, as NCHW <-> NHWC does, is the conv layout rules')."""
+    return equal(get(p, length(p) - 1), length(p) - 1)
+
+
+def _batch_perms_example(rng: Any, dtype: str) -> dict[str, Any]:
+    """x of rank 3-4 and two different permutations keeping its last axis last."""
+    r = int(rng.integers(3, 5))
+    p1, p2 = ((*(int(i) for i in rng.permutation(r - 1)), r - 1) for _ in range(2))
+    while p2 == p1:
+        p2 = (*(int(i) for i in rng.permutation(r - 1)), r - 1)
+    return {"x": TensorType(rand_shape(rng, r), dtype), "p1": p1, "p2": p2}
+
+
+def _two_layouts(op: str) -> Rule:
+    make = constructor(op)
+
+    def example(rng: Any) -> dict[str, Any]:
+        ex = _batch_perms_example(rng, example_dtype(op))
+        sx, p1, p2 = ex["x"].shape, ex["p1"], ex["p2"]
+        sy = [0] * len(sx)
+        for a, b in zip(p1, p2, strict=True):
+            sy[b] = sx[a] if rng.random() < 0.7 else 1  # broadcast along some axes
+        return {**ex, "y": TensorType(tuple(sy), ex["x"].dtype)}
+
+    def variants(r: int) -> tuple[Variant, Variant]:
+        lhs = make(Transpose("x", perm="p1"), Transpose("y", perm="p2"))
+        guards = (
+            equal(length("p1"), r),
+            equal(length("p2"), r),
+            differ("p1", "p2"),
+            *map(_keeps_last, ("p1", "p2")),
+        )
+        return (
+            Variant(
+                lhs, Transpose(make("x", Transpose("y", perm=_relative("p1", "p2", r))), perm="p1"), guards
+            ),
+            Variant(
+                lhs, Transpose(make(Transpose("x", perm=_relative("p2", "p1", r)), "y"), perm="p2"), guards
+            ),
+        )
+
+    return Rule(
+        f"transpose-out-of-{op}-of-two-layouts",
+        f"{op} of two tensors whose batch-like axes are transposed unlike each other is the transpose "
+        f"(either one's) of {op} of one of them and the other laid out like it (a bias in another layout "
+        "than the scores it is added to)",
+        tuple(v for r in range(3, MAX_RANK + 1) for v in variants(r)),
+        example,
+    )
+
+
+def _into_binary_of_a_transpose(op: str) -> Rule:
+    make = constructor(op)
+
+    def example(rng: Any) -> dict[str, Any]:
+        ex = _batch_perms_example(rng, example_dtype(op))
+        sx, p1 = ex["x"].shape, ex["p1"]
+        moved = tuple(sx[a] if rng.random() < 0.7 else 1 for a in p1)  # y broadcasts along some axes
+        return {**ex, "y": TensorType(moved, ex["x"].dtype)}
+
+    inner = Transpose("x", perm="p1")
+    guards = (equal(rank("x"), rank("y")), _keeps_last("p1"), _keeps_last("p2"))
+    pairs = (
+        (make("y", inner), make(Transpose("y", perm="p2"), Transpose(inner, perm="p2"))),
+        (make(inner, "y"), make(Transpose(inner, perm="p2"), Transpose("y", perm="p2"))),
+    )
+    return Rule(
+        f"transpose-into-{op}-of-a-transpose",
+        f"a transpose of {op} of a tensor and a transposed one (either order), both relayouts of batch-like "
+        f"axes, is {op} of the two transposed: the transposes of the second compose (to none where they "
+        "undo each other, as around an einsum's per-head factor)",
+        tuple(Variant(Transpose(lhs, perm="p2"), rhs, guards) for lhs, rhs in pairs),
         example,
     )
 
@@ -329,6 +423,8 @@ RULES = [
     *(_through_unary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 1),
     *(_through_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
     *(_scalar_out_of_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
+    *(_two_layouts(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
+    *(_into_binary_of_a_transpose(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
     Rule(
         "transpose-into-reduction",
         "a transposed reduction is the reduction of the transposed input (its reduced axis last)",

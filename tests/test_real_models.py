@@ -29,6 +29,7 @@ EXPECTED = {
     "jax-dpa-causal": (1, 0),
     "jax-dpa-gqa": (1, 0),
     "jax-dpa-gqa-causal": (1, 0),
+    "jax-dpa-gqa-bias": (1, 0),
 }
 CAUSAL = {"flax-nnx-causal", "flax-linen-decoder", "equinox-mha", "jax-dpa-causal", "jax-dpa-gqa-causal"}
 ZEROED = {"keras-mha-masked"}  # masked probabilities zeroed after the softmax
@@ -61,7 +62,15 @@ def test_library_model_is_recognized_and_matches_jax(name, batch, dtype):
 
 
 @pytest.mark.parametrize(
-    "name", ["flax-linen-decoder", "flax-nnx-causal", "jax-dpa-gqa", "jax-dpa-gqa-causal", "keras-mha-masked"]
+    "name",
+    [
+        "flax-linen-decoder",
+        "flax-nnx-causal",
+        "jax-dpa-gqa",
+        "jax-dpa-gqa-causal",
+        "jax-dpa-gqa-bias",
+        "keras-mha-masked",
+    ],
 )
 def test_gradients_through_eqsat_jit_match_jax(name):
     """jax.value_and_grad through eqsat.jit (a training step's shape) matches jax.jit's."""

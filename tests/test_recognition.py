@@ -74,6 +74,44 @@ def product_widened(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -
     return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1).astype(v.dtype), v)
 
 
+def hf_bert_head_mask(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """HF Flax BERT: flax's attention weights over (B, S, H, D), a per-head mask (not all ones) multiplied
+    in by ``einsum("...hqk,h->...hqk")``, then the product with v."""
+    import flax.linen as nn
+
+    q, k, v = (jnp.swapaxes(t, 1, 2) for t in (q, k, v))
+    bias = jnp.where(mask, 0.0, jnp.finfo(q.dtype).min).astype(q.dtype)
+    weights = nn.dot_product_attention_weights(q, k, bias=bias, dtype=q.dtype)
+    weights = jnp.einsum("...hqk,h->...hqk", weights, jnp.asarray([1.0, 0.5], q.dtype))
+    return jnp.einsum("...hqk,...khd->...qhd", weights, v)
+
+
+def integer_head_mask(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """The same with the head mask an int32 array of 0s and 1s (einsum promotes it)."""
+    scores = jnp.where(mask, jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125, -1e9)
+    weights = jnp.einsum("...hqk,h->...hqk", jax.nn.softmax(scores), jnp.asarray([1, 0], jnp.int32))
+    return weights @ v
+
+
+def max_where_the_keys_stand(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Named-axis code that reduces before it transposes: the scores laid out (B, H, keys, queries), the
+    max taken over the keys where they stand, the exponentials and their sum after the keys move last."""
+    scores = jnp.einsum("bhqd,bhkd->bhkq", q, k) * 0.125
+    top = jnp.max(scores, axis=2)
+    e = jnp.exp(jnp.swapaxes(scores, 2, 3) - top[..., None])
+    return (e / jnp.sum(e, axis=-1, keepdims=True)) @ v
+
+
+IDIOMS = [
+    zeroed_after_softmax,
+    unshifted_softmax,
+    normalized_after_product,
+    hf_bert_head_mask,
+    integer_head_mask,
+    max_where_the_keys_stand,
+]
+
+
 def _matches_jax(fn: Any, args: tuple[Any, ...], dtype: str) -> eqsat.Program:
     """eqsat.jit(fn)(*args) against jax.jit's within the dtype's tolerance; the optimized program."""
     optimized = eqsat.jit(fn)
@@ -90,7 +128,7 @@ def _attention(program: eqsat.Program) -> list:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("batch", [1, 3])
-@pytest.mark.parametrize("fn", [zeroed_after_softmax, unshifted_softmax, normalized_after_product])
+@pytest.mark.parametrize("fn", IDIOMS)
 def test_attention_idiom_is_one_op_and_matches_jax(fn, batch, dtype):
     (op,) = _attention(_matches_jax(fn, _qkv_mask(batch, dtype), dtype))
     assert op.attrs["zero_masked"] == (fn is zeroed_after_softmax), op.attrs
@@ -116,7 +154,7 @@ def test_half_precision_q_k_with_float32_scores_is_one_op(fn, batch):
         np.testing.assert_allclose(np.asarray(g, np.float32), np.asarray(w, np.float32), rtol=5e-2, atol=5e-3)
 
 
-@pytest.mark.parametrize("fn", [zeroed_after_softmax, unshifted_softmax, normalized_after_product])
+@pytest.mark.parametrize("fn", IDIOMS)
 def test_attention_idiom_gradients_match_jax(fn):
     q, k, v, mask = _qkv_mask(2, "float32")
     _gradients_match(fn, q, k, v, mask | jnp.eye(mask.shape[-1], dtype=bool))  # an empty row's is NaN
