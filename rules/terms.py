@@ -129,13 +129,13 @@ def constructor(name: str) -> Callable[..., Term]:
     """The pattern constructor of canonical op ``name``."""
     op = OPS[name]
 
-    def make(*operands: Term, **attrs: Value) -> Term:
+    def make(*operands: Term | Var, **attrs: Value) -> Term:
         if op.arity != VARIADIC and len(operands) != op.arity:
             raise TypeError(f"{op.ctor} takes {op.arity} operands, got {len(operands)}")
         unknown = set(attrs) - {a.name for a in op.attrs}
         if unknown:
             raise TypeError(f"{op.ctor} has no attribute {sorted(unknown)[0]!r}")
-        parts = [*operands, *(_attribute(op, a, attrs.get(a.name)) for a in op.attrs)]
+        parts = [*map(str, operands), *(_attribute(op, a, attrs.get(a.name)) for a in op.attrs)]
         return f"({' '.join([op.ctor, *parts])})"
 
     make.__name__ = make.__qualname__ = op.ctor

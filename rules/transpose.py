@@ -124,6 +124,11 @@ def _relative(p1: str, p2: str, r: int) -> str:
     )
 
 
+# The binary ops whose operands meet in two layouts (a bias added to scores, a factor multiplied into
+# probabilities): each further op is 8 more rewrites every saturation matches.
+RELAYOUT_OPS = ("add", "mul")
+
+
 def _keeps_last(p: str) -> str:
     """Guard: the permutation ``p`` keeps the last axis last (a relayout of batch-like axes: heads,
     groups; one that moves the contiguous axis, as NCHW <-> NHWC does, is the conv layout rules')."""
@@ -423,8 +428,8 @@ RULES = [
     *(_through_unary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 1),
     *(_through_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
     *(_scalar_out_of_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
-    *(_two_layouts(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
-    *(_into_binary_of_a_transpose(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),
+    *(_two_layouts(op) for op in RELAYOUT_OPS),
+    *(_into_binary_of_a_transpose(op) for op in RELAYOUT_OPS),
     Rule(
         "transpose-into-reduction",
         "a transposed reduction is the reduction of the transposed input (its reduced axis last)",

@@ -20,6 +20,7 @@ from eqsat.ir import TensorType
 from eqsat.lowering import lower
 from eqsat.ops import OPAQUE, OPS
 from eqsat.ops.conv import ALGORITHMS, LAYOUTS, taps
+from tests.agreement import same_as_jax_jit
 
 F32 = "float32"
 
@@ -487,3 +488,27 @@ def test_values_between_convs_keep_their_batch_dim_of_one():
     other = Builder()
     a, c = other.input("a", (1, 4, 8)), other.input("c", (1, 4, 8))
     assert "reshape" in drop_unit_dims(other.build(other.relu(other.add(a, c)))).op_counts()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_conv_of_empty_channels_is_priced_and_runs_in_every_formulation(algorithm, layout):
+    """Found by the fuzzer: a 1-D conv of a (0, 0, 3) array divided by its zero output channels where
+    the cost model priced the formulations, and reshaped by -1 (undefined for size 0) lowering them."""
+    b = Builder()
+    x = b.input("x", (0, 0, 1, 3) if layout == "NCHW" else (0, 1, 3, 0))
+    w = b.input("w", (0, 0, 1, 3) if layout == "NCHW" else (1, 3, 0, 0))
+    program = b.build(b.conv2d(x, w, padding=(0, 0, 1, 1), layout=layout, algorithm=algorithm))
+    (conv,) = program.ops
+    assert all(k.flops == 0 for k in phases(conv.name, conv.attrs, [x.type, w.type], conv.output.type))
+    (out,) = lower(program)(np.zeros(x.type.shape, np.float32), np.zeros(w.type.shape, np.float32))
+    assert out.shape == conv.output.type.shape
+
+
+def test_eqsat_jit_of_an_empty_1d_conv_is_jax_jits():
+    w = jnp.ones((0, 0, 3))
+
+    def conv1d(x):
+        return lax.conv_general_dilated(x, w, (1,), "SAME", dimension_numbers=("NCH", "OIH", "NCH"))
+
+    same_as_jax_jit(conv1d, jnp.ones((0, 0, 3)))

@@ -113,3 +113,4 @@ def test_a_variable_keys_an_example_by_its_name():
     scale = var("c")
     bindings = {scale: 0.5}
     assert bindings["c"] == 0.5 and scale == "c" and str(scale * 2) == "(* c 2)"
+    assert terms.Exp(var("x")) == "(Exp x)"  # a tensor variable too

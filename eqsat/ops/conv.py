@@ -223,18 +223,21 @@ def _tap_weights(w: Array, offset: tuple[int, int], groups: int, layout: str) ->
     """One tap's weights as (groups, input channels per group, output channels per group)."""
     i, j = offset
     tap = w[i, j] if layout == "NHWC" else w[:, :, i, j].T  # (I, O)
-    return tap.reshape(tap.shape[0], groups, -1).transpose(1, 0, 2)
+    return tap.reshape(tap.shape[0], groups, tap.shape[1] // groups).transpose(1, 0, 2)
 
 
 def _grouped(x: Array, groups: int, layout: str) -> Array:
-    """Data with its channels split into (groups, channels per group), the groups first."""
+    """Data with its channels split into (groups, channels per group), the groups first (sizes given, not
+    -1: a size may be 0)."""
     if layout == "NHWC":
-        return x.reshape(*x.shape[:3], groups, -1)
-    return x.reshape(x.shape[0], groups, -1, *x.shape[2:])
+        return x.reshape(*x.shape[:3], groups, x.shape[3] // groups)
+    return x.reshape(x.shape[0], groups, x.shape[1] // groups, *x.shape[2:])
 
 
 def _ungrouped(y: Array, layout: str) -> Array:
-    return y.reshape(*y.shape[:3], -1) if layout == "NHWC" else y.reshape(y.shape[0], -1, *y.shape[3:])
+    if layout == "NHWC":
+        return y.reshape(*y.shape[:3], y.shape[3] * y.shape[4])
+    return y.reshape(y.shape[0], y.shape[1] * y.shape[2], *y.shape[3:])
 
 
 def _pointwise_product(s: Array, tap: Array, layout: str) -> Array:
@@ -285,8 +288,8 @@ def _im2col(x: Array, w: Array, window: Window) -> Array:
 def _grouped_patches(p: Array, groups: int, layout: str) -> Array:
     """Stacked slices (N, H, W, T, C) or (N, T, C, H, W) with C split into (groups, I)."""
     if layout == "NHWC":
-        return p.reshape(*p.shape[:4], groups, -1)
-    return p.reshape(*p.shape[:2], groups, -1, *p.shape[3:])
+        return p.reshape(*p.shape[:4], groups, p.shape[4] // groups)
+    return p.reshape(*p.shape[:2], groups, p.shape[2] // groups, *p.shape[3:])
 
 
 def _conv2d(
@@ -407,7 +410,8 @@ def _conv_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> lis
         taps(x.shape, w.shape, attrs["strides"], attrs["padding"], attrs["dilations"], attrs["layout"])
     )
     per_tap = 2.0 * out.size * w.shape[axes.kernel_in]
-    sliced = float(out.size // out.shape[axes.channel] * x.shape[axes.channel] * x.itemsize)
+    positions = prod(d for i, d in enumerate(out.shape) if i != axes.channel)  # none divides: sizes may be 0
+    sliced = float(positions * x.shape[axes.channel] * x.itemsize)
     kind = product_kind(x.dtype, out.dtype)
     if attrs["algorithm"] == "im2col":
         patches = found * sliced
@@ -415,7 +419,8 @@ def _conv_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> lis
         return [Kernel(0.0, x.nbytes + patches), product]
     if w.shape[axes.kernel_in] == 1:  # a depthwise conv: multiply-adds in one loop
         return [Kernel(per_tap * found, float(x.nbytes + w.nbytes) + written)]
-    products = [Kernel(per_tap, sliced + w.nbytes / found + written, kind=kind, written=written)] * found
+    read = sliced + w.nbytes / max(found, 1) + written
+    products = [Kernel(per_tap, read, kind=kind, written=written)] * found
     return products + [Kernel(float(out.size * (found - 1)), written * (found + 1))] * (found > 1)
 
 
