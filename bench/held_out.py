@@ -1,0 +1,176 @@
+"""Held-out recognition: Hugging Face transformers' Flax models that no rule or test here was written
+from, built from small configs with random weights (nothing downloaded), through eqsat.jit.
+
+Per model: its softmaxes (the ``exp`` ops of the traced program: one per attention block, as nothing
+else in these models exponentiates) and its norms (``rsqrt`` ops: one per layer or RMS norm), against
+the attention and norm ops the e-graph reaches (an extraction that prices them at nothing takes them)
+and those the default cost model keeps (at these small sizes it may keep the program as written); and
+eqsat.jit's output against jax.jit's. Writes bench/held_out.json. ``python -m bench.held_out``
+(float32 and bfloat16, batch 1 and 3) needs ``pip install -e '.[held-out]'`` (transformers 4.x:
+version 5 removed its Flax models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import eqsat
+from eqsat.cost.models import FunctionCost
+
+OUT = Path(__file__).with_suffix(".json")
+ATTENTION_OPS = ("attention", "flash_attention")
+NORM_OPS = ("layer_norm", "rms_norm")
+SEQ, VOCAB = 16, 99
+# Small configs by the keyword names each family's config takes.
+_BERT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+_SEQ2SEQ = {
+    "d_model": 32,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 64,
+    "decoder_ffn_dim": 64,
+}
+_DECODER = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+_T5 = {"d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4}
+
+# model class, config class, config keywords, inputs ("tokens", "seq2seq" or "pixels")
+MODELS: dict[str, tuple[str, str, dict[str, Any], str]] = {
+    "roberta": ("FlaxRobertaModel", "RobertaConfig", _BERT, "tokens"),
+    "electra": ("FlaxElectraModel", "ElectraConfig", {**_BERT, "embedding_size": 32}, "tokens"),
+    "albert": ("FlaxAlbertModel", "AlbertConfig", {**_BERT, "embedding_size": 32}, "tokens"),
+    "distilbert": (
+        "FlaxDistilBertModel",
+        "DistilBertConfig",
+        {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64},
+        "tokens",
+    ),
+    "roformer": ("FlaxRoFormerModel", "RoFormerConfig", _BERT, "tokens"),
+    "xlm-roberta": ("FlaxXLMRobertaModel", "XLMRobertaConfig", _BERT, "tokens"),
+    "bart": ("FlaxBartModel", "BartConfig", _SEQ2SEQ, "seq2seq"),
+    "mbart": ("FlaxMBartModel", "MBartConfig", _SEQ2SEQ, "seq2seq"),
+    "marian": ("FlaxMarianModel", "MarianConfig", {**_SEQ2SEQ, "pad_token_id": 0}, "seq2seq"),
+    "pegasus": ("FlaxPegasusModel", "PegasusConfig", _SEQ2SEQ, "seq2seq"),
+    "blenderbot": ("FlaxBlenderbotModel", "BlenderbotConfig", _SEQ2SEQ, "seq2seq"),
+    "mt5": ("FlaxMT5Model", "MT5Config", _T5, "seq2seq"),
+    "longt5": ("FlaxLongT5Model", "LongT5Config", _T5, "seq2seq"),
+    "opt": ("FlaxOPTModel", "OPTConfig", {**_DECODER, "ffn_dim": 64, "word_embed_proj_dim": 32}, "tokens"),
+    "gptj": (
+        "FlaxGPTJModel",
+        "GPTJConfig",
+        {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4},
+        "tokens",
+    ),
+    "bloom": ("FlaxBloomModel", "BloomConfig", {"hidden_size": 32, "n_layer": 2, "n_head": 4}, "tokens"),
+    "gemma": (
+        "FlaxGemmaModel",
+        "GemmaConfig",
+        {**_DECODER, "num_key_value_heads": 2, "head_dim": 8},
+        "tokens",
+    ),
+    "beit": ("FlaxBeitModel", "BeitConfig", {**_BERT, "image_size": 32, "patch_size": 8}, "pixels"),
+}
+
+
+def _cast(dtype: str) -> Callable[[Any], Any]:
+    return lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
+
+
+def build(name: str, batch: int, dtype: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The model's forward pass (its parameters closed over, cast to ``dtype``) and its inputs."""
+    import transformers
+
+    model_class, config_class, keywords, inputs = MODELS[name]
+    config = getattr(transformers, config_class)(vocab_size=VOCAB, **keywords)
+    model = getattr(transformers, model_class)(config, seed=0, dtype=jnp.dtype(dtype))
+    params = jax.tree_util.tree_map(_cast(dtype), model.params)
+    rng = np.random.default_rng(0)
+    if inputs == "pixels":
+        pixels = jnp.asarray(rng.normal(size=(batch, 3, 32, 32)), dtype)
+        return (lambda x: model(pixel_values=x, params=params).last_hidden_state), (pixels,)
+    tokens = jnp.asarray(rng.integers(1, VOCAB, (batch, SEQ)), jnp.int32)
+    if inputs == "seq2seq":
+        return (lambda t: model(input_ids=t, decoder_input_ids=t, params=params).last_hidden_state), (tokens,)
+    return (lambda t: model(input_ids=t, params=params).last_hidden_state), (tokens,)
+
+
+def _count(program: eqsat.Program, names: tuple[str, ...]) -> int:
+    return sum(1 for op in program.live_ops() if op.name in names)
+
+
+def measure(name: str, batch: int, dtype: str) -> dict[str, Any]:
+    fn, args = build(name, batch, dtype)
+    traced = eqsat.from_jax(fn, *args)
+    start = time.perf_counter()
+    optimized = eqsat.jit(fn)
+    got = optimized(*args)
+    seconds = time.perf_counter() - start
+    want = jax.jit(fn)(*args)
+    (result,) = optimized.results.values()
+    fused = FunctionCost(lambda op, attrs, ins, out: 0.0 if op in ATTENTION_OPS + NORM_OPS else 1.0)
+    reached = eqsat.optimize(traced, cost=fused).program
+    scale = float(np.abs(np.asarray(want, np.float32)).max())
+    return {
+        "model": name,
+        "batch": batch,
+        "dtype": dtype,
+        "softmaxes": _count(traced, ("exp",)),
+        "attention_reached": _count(reached, ATTENTION_OPS),
+        "attention_kept": _count(result.program, ATTENTION_OPS),
+        "norms": _count(traced, ("rsqrt",)),
+        "norms_reached": _count(reached, NORM_OPS),
+        "norms_kept": _count(result.program, NORM_OPS),
+        "max_abs_difference": float(np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32)).max()),
+        "output_scale": scale,
+        "optimize_seconds": round(seconds, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    args = parser.parse_args()
+    rows = []
+    for dtype in args.dtype:
+        for name in args.models:
+            for batch in args.batch:
+                try:
+                    row = measure(name, batch, dtype)
+                except Exception as error:  # a model this transformers cannot build or JAX cannot trace
+                    failure = f"{type(error).__name__}: {error}"[:300]
+                    row = {"model": name, "batch": batch, "dtype": dtype, "error": failure}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+
+    def recognized(dtype: str, found: str, expected: str) -> str:
+        ok = [r for r in rows if r["dtype"] == dtype and "error" not in r]
+        return f"{sum(min(r[found], r[expected]) for r in ok)} / {sum(r[expected] for r in ok)}"
+
+    summary = {
+        dtype: {
+            "attention_reached": recognized(dtype, "attention_reached", "softmaxes"),
+            "attention_kept": recognized(dtype, "attention_kept", "softmaxes"),
+            "norms_reached": recognized(dtype, "norms_reached", "norms"),
+            "norms_kept": recognized(dtype, "norms_kept", "norms"),
+            "models_failed": sorted({r["model"] for r in rows if r["dtype"] == dtype and "error" in r}),
+        }
+        for dtype in args.dtype
+    }
+    print(json.dumps(summary))
+    OUT.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
