@@ -40,10 +40,12 @@ from .terms import (
     Le,
     MaskedSoftmax,
     Matmul,
+    Neg,
     Operand,
     Reshape,
     Scale,
     Scores,
+    Sub,
     Tanh,
     Var,
     append,
@@ -322,6 +324,19 @@ RULES = [
         tuple(
             Variant(Add(*operands), _scores(), (equal(shape_of(_scores(ZERO)), shape_of(Add(*operands))),))
             for operands in ((_scores(ZERO), "b"), ("b", _scores(ZERO)))
+        ),
+        _example,
+    ),
+    Rule(
+        "scores-bias-subtracted",
+        "a bias subtracted from the scaled product without one (broadcasting to it) is its negated bias: "
+        "s - b is s + (-b) exactly (DistilBERT's s - 1e30 · (1 - mask))",
+        (
+            Variant(
+                Sub(_scores(ZERO), "b"),
+                _scores(Neg("b")),
+                (equal(shape_of(_scores(ZERO)), shape_of(Sub(_scores(ZERO), "b"))),),
+            ),
         ),
         _example,
     ),

@@ -102,6 +102,13 @@ def max_where_the_keys_stand(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax
     return (e / jnp.sum(e, axis=-1, keepdims=True)) @ v
 
 
+def subtracted_bias(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """HF Flax DistilBERT: the mask subtracted as a large bias, ``s - 1e30 * (1 - mask)``."""
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q / jnp.sqrt(q.shape[-1]).astype(q.dtype), k)
+    scores = scores - 1e30 * (1.0 - mask.astype(q.dtype))
+    return jax.nn.softmax(scores, axis=-1) @ v
+
+
 IDIOMS = [
     zeroed_after_softmax,
     unshifted_softmax,
@@ -109,6 +116,7 @@ IDIOMS = [
     hf_bert_head_mask,
     integer_head_mask,
     max_where_the_keys_stand,
+    subtracted_bias,
 ]
 
 

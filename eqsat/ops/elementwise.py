@@ -27,6 +27,12 @@ def _bits(types: Sequence[TensorType], attrs: dict) -> str | None:
     return f"needs bool or integer operands, got {bad[0]}" if bad else None
 
 
+def _transcendental(name: str, doc: str, lower: Lowering, **spelled_as: Any) -> OpDef:
+    """An expensive function of one float operand, spelled (``jax=``, ``paddle=``, ``spellings=``) as
+    given, not by its name."""
+    return OpDef(name, 1, doc, elementwise=True, expensive=True, check=floats, lower=lower, **spelled_as)
+
+
 def _unary(
     name: str,
     doc: str,
@@ -311,34 +317,17 @@ UNARY = [
     _unary("sigmoid", "1 / (1 + e**-x)", jax.nn.sigmoid, jax="logistic", expensive=True),
     _unary("relu", "max(x, 0)", jax.nn.relu, jax="", floats_only=False),
     _unary("abs", "|x| (integers: the minimum stays itself, as it wraps)", jnp.abs, floats_only=False),
-    OpDef(
-        "gelu",
-        1,
-        "GELU, tanh approximation",
-        elementwise=True,
-        expensive=True,
-        check=floats,
-        lower=gelu,
-        spellings=(_gelu_tanh,),
-    ),
-    OpDef(
+    _transcendental("gelu", "GELU, tanh approximation", gelu, spellings=(_gelu_tanh,)),
+    _transcendental(
         "gelu_erf",
-        1,
         "GELU, exact: x · Φ(x) = 0.5 · x · erfc(-x · √½), as jax.nn.gelu(approximate=False) computes it",
-        elementwise=True,
-        expensive=True,
-        check=floats,
-        lower=gelu_erf,
+        gelu_erf,
         spellings=(_gelu_exact,),
     ),
-    OpDef(
+    _transcendental(
         "erfc",
-        1,
         "1 - erf(x), the complementary error function (what jax.nn.gelu's exact form is written with)",
-        elementwise=True,
-        expensive=True,
-        check=floats,
-        lower=lax.erfc,
+        lax.erfc,
         jax=("erfc",),
     ),
     OpDef("neg", 1, "-x", elementwise=True, check=numeric, lower=jnp.negative, jax=("neg",)),
