@@ -249,12 +249,12 @@ def as_f64(n: Operand) -> Expr:
 def equal(a: Value, b: Value) -> Term:
     """``a`` and ``b`` are equal (e-classes, attribute values or computed values); a dtype name is a
     literal."""
-    return f"(= {_text(a)} {_text(b)})"
+    return call("=", a, b).text
 
 
 def differ(a: Value, b: Value) -> Term:
     """``a`` and ``b`` are different (e-classes or values)."""
-    return f"(!= {_text(a)} {_text(b)})"
+    return call("!=", a, b).text
 
 
 def less(a: Operand, b: Operand) -> Term:
