@@ -119,14 +119,19 @@ def _distance(reference: np.ndarray, x: np.ndarray) -> float:
     return float(np.max(np.abs(np.where(finite, reference, 0.0) - np.where(finite, x, 0.0)), initial=0.0))
 
 
-def judge(reference: Any, expected: Any, got: Any, dtype: str, strict: bool = True) -> str | None:
+def judge(
+    reference: Any, expected: Any, got: Any, dtype: str, strict: bool = True, spread: float = 0.0
+) -> str | None:
     """Why ``got`` (eqsat's result) is wrong, or None: measured against ``reference`` (the program as it
     reads, ``eqsat.lowering.reference``), not against ``expected`` (jax.jit's result), since XLA
     does not always round where the program says (excess precision, contraction into fused
     multiply-adds). ``got`` is right where it agrees with the reference (see ``compare``), or where
     jax.jit disagrees too and ``got`` is no further from the reference than jax.jit is, beyond the
-    tolerance of ``dtype`` (the narrowest on the path): XLA's liberties are not blamed on eqsat, and a
-    miscompile is never hidden behind a rounding. Where jax.jit is further from the reference than the
+    tolerance of ``dtype`` (the narrowest on the path) and ``spread``: XLA's liberties are not blamed
+    on eqsat, and a miscompile is never hidden behind a rounding. ``spread``: how far the reference
+    itself moves when its inputs move within the tolerance, where the caller knows (the program's
+    sensitivity at this input: another order of jax.jit's roundings, amplified as much, lands
+    anywhere within it). Where jax.jit is further from the reference than the
     reference's largest magnitude, the dtype keeps no digit of the result at this input (an
     ill-conditioned program: a layer norm of 10000 ± 0.02 in float32) and only a non-finite result
     of eqsat's where the reference is finite is wrong."""
@@ -145,6 +150,6 @@ def judge(reference: Any, expected: Any, got: Any, dtype: str, strict: bool = Tr
     ours, theirs = _distance(r, b), _distance(r, a)
     if math.isfinite(ours) and theirs > magnitude > 0:  # jax.jit keeps no digit: no rounding is judged
         return None
-    if ours > theirs + slack:
+    if ours > theirs + slack + spread:
         return f"{problem}, further from the program than jax.jit ({ours:g} vs {theirs:g})"
     return None

@@ -235,7 +235,8 @@ RULES = [
     ),
     Rule(
         "max-with-neg-inf",
-        "max(-inf, y) = y (a scalar -inf broadcast against y)",
+        "max(-inf, y) = y (a scalar -inf broadcast against y; at y = -inf, no derivative exists, and y "
+        "takes the whole cotangent where JAX splits it)",
         (
             Variant(Maximum(_NEG_INF, "y"), "y"),
             Variant(Maximum("y", _NEG_INF), "y"),

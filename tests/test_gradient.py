@@ -152,3 +152,24 @@ def test_a_frozen_value_has_no_gradient(mode):
     (result,) = fn.results.values()
     names = {op.name for op in result.program.ops}
     assert "stop_gradient" in names and "attention" in names
+
+
+def test_a_max_from_minus_infinity_differentiates_as_jax_at_finite_inputs():
+    """``jnp.max(x, initial=-inf)`` and ``jax.nn.softmax(where=)`` (which takes it): ``max-with-neg-inf``
+    drops the -inf, which no finite input ties, so the derivative is JAX's, ties among the inputs and a
+    row that keeps no key included. (At an input of -inf no derivative exists; JAX gives -inf's tie
+    half the cotangent, the rule all of it.)"""
+
+    def f(x, mask):
+        top = jnp.max(jnp.where(mask, x, -jnp.inf), axis=-1, keepdims=True, initial=-jnp.inf)
+        return jax.nn.softmax(x, where=mask) * 2.0 + jnp.where(mask, top, 0.0)
+
+    x = jnp.asarray([[1.0, 1.0, 0.5, -2.0], [3.0, 0.0, 3.0, 1.0], [0.0, 1.0, 2.0, 3.0]], jnp.float32)
+    mask = jnp.asarray([[True, True, True, False], [True, False, True, True], [False] * 4])
+    ct = jnp.asarray(np.random.default_rng(1).normal(size=x.shape), jnp.float32)
+    fn = eqsat.jit(f, gradient="optimized")
+    got = jax.grad(lambda x: jnp.sum(fn(x, mask) * ct))(x)
+    want = jax.grad(lambda x: jnp.sum(f(x, mask) * ct))(x)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    (result,) = fn.results.values()
+    assert "max-with-neg-inf" in result.report.rules_fired

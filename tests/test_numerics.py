@@ -46,3 +46,14 @@ def test_the_oracle_judges_no_rounding_where_jax_jit_keeps_no_digit():
     assert judge(ref, garbage, np.asarray([np.inf, 0.0, 0.0]), "float32", strict=False) is not None
     close = ref * (1 + 1e-3)  # jax.jit keeps three digits: eqsat's garbage is flagged
     assert judge(ref, close, garbage, "float32", strict=False) is not None
+
+
+def test_the_oracle_grants_a_sensitivity_only_where_jax_jit_is_beyond_the_tolerance():
+    """``spread`` (how far the reference moves when its inputs move within the tolerance): a gradient
+    that cancels large cotangents, where jax.jit's roundings are 1e-3 off, may be as far again as
+    the spread; where jax.jit agrees with the reference, the spread excuses nothing."""
+    ref = np.asarray([0.25, -0.125, 0.5])
+    amplified, ours = ref + 1e-3, ref - 2e-3
+    assert judge(ref, amplified, ours, "float32", strict=False) is not None
+    assert judge(ref, amplified, ours, "float32", strict=False, spread=2.5e-3) is None
+    assert judge(ref, ref, ours, "float32", strict=False, spread=1.0) is not None
