@@ -5,9 +5,10 @@ Per model: its softmaxes (the ``exp`` ops of the traced program: one per attenti
 else in these models exponentiates) and its norms (``rsqrt`` ops: one per layer or RMS norm), against
 the attention and norm ops the e-graph reaches (an extraction that prices them at nothing takes them)
 and those the default cost model keeps (at these small sizes it may keep the program as written); and
-eqsat.jit's output against jax.jit's. Writes bench/held_out.json. ``python -m bench.held_out``
-(float32 and bfloat16, batch 1 and 3) needs ``pip install -e '.[held-out]'`` (transformers 4.x:
-version 5 removed its Flax models).
+eqsat.jit's output against jax.jit's; with the parameters as arguments, the gradients of the program
+eqsat optimizes (``gradient="optimized"``) against jax.jit's. Writes bench/held_out.json.
+``python -m bench.held_out`` (float32 and bfloat16, batch 1 and 3) needs
+``pip install -e '.[held-out]'`` (transformers 4.x: version 5 removed its Flax models).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 import eqsat
 from eqsat.cost.models import FunctionCost
+from eqsat.numerics import compare
 
 OUT = Path(__file__).with_suffix(".json")
 ATTENTION_OPS = ("attention", "flash_attention")
@@ -86,8 +88,9 @@ def _cast(dtype: str) -> Callable[[Any], Any]:
     return lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
 
 
-def build(name: str, batch: int, dtype: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """The model's forward pass (its parameters closed over, cast to ``dtype``) and its inputs."""
+def build(name: str, batch: int, dtype: str) -> tuple[Callable[..., Any], Any, tuple[Any, ...]]:
+    """The model's forward pass as a function of its parameters and inputs, its parameters (cast to
+    ``dtype``) and its inputs."""
     import transformers
 
     model_class, config_class, keywords, inputs = MODELS[name]
@@ -97,19 +100,57 @@ def build(name: str, batch: int, dtype: str) -> tuple[Callable[..., Any], tuple[
     rng = np.random.default_rng(0)
     if inputs == "pixels":
         pixels = jnp.asarray(rng.normal(size=(batch, 3, 32, 32)), dtype)
-        return (lambda x: model(pixel_values=x, params=params).last_hidden_state), (pixels,)
+        return (lambda p, x: model(pixel_values=x, params=p).last_hidden_state), params, (pixels,)
     tokens = jnp.asarray(rng.integers(1, VOCAB, (batch, SEQ)), jnp.int32)
     if inputs == "seq2seq":
-        return (lambda t: model(input_ids=t, decoder_input_ids=t, params=params).last_hidden_state), (tokens,)
-    return (lambda t: model(input_ids=t, params=params).last_hidden_state), (tokens,)
+        return (
+            (lambda p, t: model(input_ids=t, decoder_input_ids=t, params=p).last_hidden_state),
+            params,
+            (tokens,),
+        )
+    return (lambda p, t: model(input_ids=t, params=p).last_hidden_state), params, (tokens,)
 
 
 def _count(program: eqsat.Program, names: tuple[str, ...]) -> int:
     return sum(1 for op in program.live_ops() if op.name in names)
 
 
+def gradients(apply: Callable[..., Any], params: Any, args: tuple[Any, ...], dtype: str) -> dict[str, Any]:
+    """The parameters' gradients of sum(output * r) (r random), through eqsat.jit differentiating the
+    optimized program (``gradient="optimized"``: what eqsat's rewrites do to derivatives) against
+    jax.jit's: each leaf's largest difference relative to 1 + its largest magnitude under jax.jit
+    (``numerics.compare``'s measure), the worst leaf, and the leaves beyond the dtype's tolerance."""
+    out = jax.eval_shape(apply, params, *args)
+    r = jnp.asarray(np.random.default_rng(1).normal(size=out.shape), jnp.float32)
+
+    def grad(f: Callable[..., Any]) -> Any:
+        return jax.jit(jax.grad(lambda p: jnp.sum(f(p, *args).astype(jnp.float32) * r)))(params)
+
+    optimized = eqsat.jit(apply, gradient="optimized")
+    got, want = grad(optimized), grad(apply)
+    (result,) = optimized.results.values()
+    leaves = jax.tree_util.tree_leaves_with_path(want)
+    worst, beyond = 0.0, []
+    for (path, w), g in zip(leaves, jax.tree_util.tree_leaves(got), strict=True):
+        a, b = np.asarray(w, np.float64), np.asarray(g, np.float64)
+        difference = float(np.abs(a - b).max() / (1.0 + np.abs(a).max()))
+        worst = max(worst, difference)
+        if compare(np.asarray(w), np.asarray(g), dtype) is not None:
+            beyond.append(jax.tree_util.keystr(path))
+    return {
+        "gradient_leaves": len(leaves),
+        "gradient_worst_difference": worst,
+        "gradient_leaves_beyond_tolerance": beyond,
+        "gradient_program_differs": result.program is not result.original,
+    }
+
+
 def measure(name: str, batch: int, dtype: str) -> dict[str, Any]:
-    fn, args = build(name, batch, dtype)
+    apply, params, args = build(name, batch, dtype)
+
+    def fn(*xs: Any) -> Any:
+        return apply(params, *xs)
+
     traced = eqsat.from_jax(fn, *args)
     start = time.perf_counter()
     optimized = eqsat.jit(fn)
@@ -133,6 +174,25 @@ def measure(name: str, batch: int, dtype: str) -> dict[str, Any]:
         "max_abs_difference": float(np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32)).max()),
         "output_scale": scale,
         "optimize_seconds": round(seconds, 2),
+        **gradients(apply, params, args, dtype),
+    }
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One dtype's totals: blocks and norms reached and kept of those expected, the worst gradient."""
+    ok = [r for r in rows if "error" not in r]
+
+    def recognized(found: str, expected: str) -> str:
+        return f"{sum(min(r[found], r[expected]) for r in ok)} / {sum(r[expected] for r in ok)}"
+
+    return {
+        "attention_reached": recognized("attention_reached", "softmaxes"),
+        "attention_kept": recognized("attention_kept", "softmaxes"),
+        "norms_reached": recognized("norms_reached", "norms"),
+        "norms_kept": recognized("norms_kept", "norms"),
+        "gradient_worst_difference": max((r["gradient_worst_difference"] for r in ok), default=None),
+        "gradient_leaves_beyond_tolerance": sum(len(r["gradient_leaves_beyond_tolerance"]) for r in ok),
+        "models_failed": sorted({r["model"] for r in rows if "error" in r}),
     }
 
 
@@ -154,20 +214,7 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
 
-    def recognized(dtype: str, found: str, expected: str) -> str:
-        ok = [r for r in rows if r["dtype"] == dtype and "error" not in r]
-        return f"{sum(min(r[found], r[expected]) for r in ok)} / {sum(r[expected] for r in ok)}"
-
-    summary = {
-        dtype: {
-            "attention_reached": recognized(dtype, "attention_reached", "softmaxes"),
-            "attention_kept": recognized(dtype, "attention_kept", "softmaxes"),
-            "norms_reached": recognized(dtype, "norms_reached", "norms"),
-            "norms_kept": recognized(dtype, "norms_kept", "norms"),
-            "models_failed": sorted({r["model"] for r in rows if r["dtype"] == dtype and "error" in r}),
-        }
-        for dtype in args.dtype
-    }
+    summary = {dtype: _summary([r for r in rows if r["dtype"] == dtype]) for dtype in args.dtype}
     print(json.dumps(summary))
     OUT.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
 
