@@ -21,7 +21,8 @@ test: $(STAMP)
 	$(PY) scripts/typecheck.py
 	$(PY) -m pytest -n auto --maxprocesses 4
 
-# the edit-test loop: everything but the slow tier (fuzzers, proofs, rule checks, networks, notebooks)
+# the edit-test loop: everything but the slow tier (fuzzers, proofs, rule checks, networks, notebooks,
+# dtype and batch grids past their first point)
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -n auto --maxprocesses 4 -m "not slow"

@@ -32,7 +32,9 @@ def pir_path():
 
 # The suite's slow tier, which ``make test-fast`` leaves out: the fuzzers, the proofs, every rule's
 # numeric check, the attention kernels' numeric checks, whole networks run against Paddle, library
-# models, notebooks, the docs site (and tests marked slow one by one).
+# models, notebooks, the docs site, a grid of dtypes and batch sizes past its first point (tests
+# parametrized over ``dtype`` or ``batch`` run at the first value listed), and tests marked slow one
+# by one.
 SLOW_MODULES = {
     "test_fuzz",
     "test_fusion_attention",
@@ -45,7 +47,23 @@ SLOW_MODULES = {
 }
 
 
+GRID = ("dtype", "batch")
+
+
+def _past_the_grids_first_point(item: pytest.Item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for mark in item.iter_markers("parametrize"):
+        names = mark.args[0]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        if len(names) == 1 and names[0] in GRID and mark.args[1]:
+            first = mark.args[1][0]
+            first = first.values[0] if hasattr(first, "values") else first  # a pytest.param
+            if params.get(names[0], first) != first:
+                return True
+    return False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.stem in SLOW_MODULES:
+        if item.path.stem in SLOW_MODULES or _past_the_grids_first_point(item):
             item.add_marker(pytest.mark.slow)
