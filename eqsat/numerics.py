@@ -131,10 +131,10 @@ def judge(
     on eqsat, and a miscompile is never hidden behind a rounding. ``spread``: how far the reference
     itself moves when its inputs move within the tolerance, where the caller knows (the program's
     sensitivity at this input: another order of jax.jit's roundings, amplified as much, lands
-    anywhere within it). Where jax.jit is further from the reference than the
-    reference's largest magnitude, the dtype keeps no digit of the result at this input (an
-    ill-conditioned program: a layer norm of 10000 ± 0.02 in float32) and only a non-finite result
-    of eqsat's where the reference is finite is wrong."""
+    anywhere within it). Where jax.jit is further from the reference than the reference's largest
+    magnitude, the dtype keeps no digit of the result at this input (an ill-conditioned program: a
+    layer norm of 10000 ± 0.02 in float32) and only a non-finite result of eqsat's where the
+    reference is finite is wrong."""
     want = np.asarray(expected)
     ref = np.asarray(reference).astype(want.dtype)
     problem = compare(ref, got, dtype, strict)

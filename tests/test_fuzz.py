@@ -84,9 +84,9 @@ def test_random_jax_functions_differentiate_as_jax_jit(family):
     """The gradient of the optimized program (``gradient="optimized"``) against jax.jit's, both judged
     against the gradient of the function evaluated in float64 (its casts kept): eqsat's may not be
     further from it than jax.jit's beyond the dtype's tolerance and, where jax.jit's is beyond it
-    too, the gradient's sensitivity at this input (``_sensitivity``). Entries at an infinite or NaN input
-    are left out: no derivative exists there, and what JAX returns is its tie convention (max(-inf,
-    -inf) gives each side half), which a rule like ``max-with-neg-inf`` need not keep."""
+    too, the gradient's sensitivity at this input (``_sensitivity``). Entries at an infinite or NaN
+    input are left out: no derivative exists there, and what JAX returns is its tie convention
+    (max(-inf, -inf) gives each side half), which a rule like ``max-with-neg-inf`` need not keep."""
 
     @GRADIENT_EXAMPLES
     @given(jax_functions(family), st.integers(0, 2**16))
