@@ -6,7 +6,8 @@ else in these models exponentiates) and its norms (``rsqrt`` ops: one per layer 
 the attention and norm ops the e-graph reaches (an extraction that prices them at nothing takes them)
 and those the default cost model keeps (at these small sizes it may keep the program as written); and
 eqsat.jit's output against jax.jit's; with the parameters as arguments, the gradients of the program
-eqsat optimizes (``gradient="optimized"``) against jax.jit's. Writes bench/held_out.json.
+eqsat optimizes (``gradient="optimized"``) against jax.jit's, and in bfloat16 both against the model
+computing in float32. Writes bench/held_out.json.
 ``python -m bench.held_out`` (float32 and bfloat16, batch 1 and 3) needs
 ``pip install -e '.[held-out]'`` (transformers 4.x: version 5 removed its Flax models).
 """
@@ -115,34 +116,47 @@ def _count(program: eqsat.Program, names: tuple[str, ...]) -> int:
     return sum(1 for op in program.live_ops() if op.name in names)
 
 
-def gradients(apply: Callable[..., Any], params: Any, args: tuple[Any, ...], dtype: str) -> dict[str, Any]:
+def _worst(reference: Any, got: Any) -> float:
+    """The largest difference of any leaf of ``got`` from ``reference``'s, relative to 1 + that leaf's
+    largest magnitude in ``reference`` (``numerics.compare``'s measure)."""
+    pairs = zip(jax.tree_util.tree_leaves(reference), jax.tree_util.tree_leaves(got), strict=True)
+    return max(
+        float(np.abs(a - b).max() / (1.0 + np.abs(a).max()))
+        for a, b in ((np.asarray(r, np.float64), np.asarray(g, np.float64)) for r, g in pairs)
+    )
+
+
+def gradients(name: str, batch: int, dtype: str) -> dict[str, Any]:
     """The parameters' gradients of sum(output * r) (r random), through eqsat.jit differentiating the
     optimized program (``gradient="optimized"``: what eqsat's rewrites do to derivatives) against
-    jax.jit's: each leaf's largest difference relative to 1 + its largest magnitude under jax.jit
-    (``numerics.compare``'s measure), the worst leaf, and the leaves beyond the dtype's tolerance."""
+    jax.jit's: the worst leaf (``_worst``) and the leaves beyond the dtype's tolerance. In a narrower
+    dtype, both against the same model computing in float32 from the same (rounded) parameters."""
+    apply, params, args = build(name, batch, dtype)
     out = jax.eval_shape(apply, params, *args)
     r = jnp.asarray(np.random.default_rng(1).normal(size=out.shape), jnp.float32)
 
-    def grad(f: Callable[..., Any]) -> Any:
-        return jax.jit(jax.grad(lambda p: jnp.sum(f(p, *args).astype(jnp.float32) * r)))(params)
+    def grad(f: Callable[..., Any], p: Any) -> Any:
+        return jax.jit(jax.grad(lambda p: jnp.sum(f(p, *args).astype(jnp.float32) * r)))(p)
 
     optimized = eqsat.jit(apply, gradient="optimized")
-    got, want = grad(optimized), grad(apply)
+    got, want = grad(optimized, params), grad(apply, params)
     (result,) = optimized.results.values()
     leaves = jax.tree_util.tree_leaves_with_path(want)
-    worst, beyond = 0.0, []
-    for (path, w), g in zip(leaves, jax.tree_util.tree_leaves(got), strict=True):
-        a, b = np.asarray(w, np.float64), np.asarray(g, np.float64)
-        difference = float(np.abs(a - b).max() / (1.0 + np.abs(a).max()))
-        worst = max(worst, difference)
-        if compare(np.asarray(w), np.asarray(g), dtype) is not None:
-            beyond.append(jax.tree_util.keystr(path))
-    return {
+    beyond = [
+        jax.tree_util.keystr(path)
+        for (path, w), g in zip(leaves, jax.tree_util.tree_leaves(got), strict=True)
+        if compare(np.asarray(w), np.asarray(g), dtype) is not None
+    ]
+    row = {
         "gradient_leaves": len(leaves),
-        "gradient_worst_difference": worst,
+        "gradient_worst_difference": _worst(want, got),
         "gradient_leaves_beyond_tolerance": beyond,
         "gradient_program_differs": result.program is not result.original,
     }
+    if dtype != "float32":
+        wide = grad(build(name, batch, "float32")[0], jax.tree_util.tree_map(_cast("float32"), params))
+        row["gradient_from_float32"] = {"jax_jit": _worst(wide, want), "eqsat": _worst(wide, got)}
+    return row
 
 
 def measure(name: str, batch: int, dtype: str) -> dict[str, Any]:
@@ -174,13 +188,16 @@ def measure(name: str, batch: int, dtype: str) -> dict[str, Any]:
         "max_abs_difference": float(np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32)).max()),
         "output_scale": scale,
         "optimize_seconds": round(seconds, 2),
-        **gradients(apply, params, args, dtype),
+        **gradients(name, batch, dtype),
     }
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """One dtype's totals: blocks and norms reached and kept of those expected, the worst gradient."""
+    """One dtype's totals: blocks and norms reached and kept of those expected, and the worst gradients
+    of the runs whose program eqsat changed (the others' gradients are jax.jit's)."""
     ok = [r for r in rows if "error" not in r]
+    changed = [r for r in ok if r["gradient_program_differs"]]
+    wide = [r["gradient_from_float32"] for r in changed if "gradient_from_float32" in r]
 
     def recognized(found: str, expected: str) -> str:
         return f"{sum(min(r[found], r[expected]) for r in ok)} / {sum(r[expected] for r in ok)}"
@@ -190,8 +207,13 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "attention_kept": recognized("attention_kept", "softmaxes"),
         "norms_reached": recognized("norms_reached", "norms"),
         "norms_kept": recognized("norms_kept", "norms"),
-        "gradient_worst_difference": max((r["gradient_worst_difference"] for r in ok), default=None),
-        "gradient_leaves_beyond_tolerance": sum(len(r["gradient_leaves_beyond_tolerance"]) for r in ok),
+        "gradient_runs_changed": len(changed),
+        "gradient_leaves_compared": sum(r["gradient_leaves"] for r in changed),
+        "gradient_worst_difference": max((r["gradient_worst_difference"] for r in changed), default=None),
+        "gradient_leaves_beyond_tolerance": sum(len(r["gradient_leaves_beyond_tolerance"]) for r in changed),
+        "gradient_from_float32": {side: max(w[side] for w in wide) for side in ("jax_jit", "eqsat")}
+        if wide
+        else None,
         "models_failed": sorted({r["model"] for r in rows if "error" in r}),
     }
 

@@ -26,6 +26,7 @@ from eqsat.ir import TensorType
 from eqsat.shapes import MAX_RANK
 
 from .base import Rule, Variant
+from .softmax import AXIS, FILL, SHIFTED, ZERO_MASKED
 from .terms import (
     SCALAR,
     Add,
@@ -68,8 +69,8 @@ from .terms import (
 
 F32 = "float32"
 # The attention ops' attributes as pattern variables (their example binds them by the same objects)
-SCALE, DIVISOR, SOFTCAP, FILL, AXIS = var("c"), var("cd"), var("cap"), var("f"), var("a")
-CAUSAL, ZERO_MASKED, SHIFTED = var("z"), var("zm"), var("sh")
+# (and the softmax's, from its theme: AXIS, FILL, ZERO_MASKED, SHIFTED)
+SCALE, DIVISOR, SOFTCAP, CAUSAL = var("c"), var("cd"), var("cap"), var("z")
 DTYPE, SCORES_DTYPE, SOFTMAX_DTYPE, PRODUCT_DTYPE = var("dq"), var("ds"), var("dm"), var("dp")
 NARROW_DTYPE = var("dn")  # a product rounded narrower than the scores
 CAP, INVERSE_CAP = var("t"), var("r")  # a soft-cap as written: t · tanh(s / t), or s · r with r = 1 / t

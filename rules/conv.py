@@ -37,6 +37,7 @@ from .terms import (
     Split,
     Sub,
     TList,
+    Var,
     at_most,
     constant_value,
     constant_weight,
@@ -58,6 +59,9 @@ from .terms import (
 
 F32 = "float32"
 _STATS = ("sc", "b", "m", "v")
+# A conv's window attributes as pattern variables (its examples bind them by the same objects)
+STRIDES, PADDING, DILATIONS, G = var("st"), var("p"), var("dl"), var("g")
+WINDOW = {"strides": STRIDES, "padding": PADDING, "dilations": DILATIONS, "groups": G}
 
 
 def _along(rank: int, axis: int) -> str:
@@ -148,7 +152,7 @@ def _written_out(rank: int, axis: int) -> tuple[Variant, ...]:
     )
 
 
-def _conv_example(rng: Any) -> dict[str, Any]:
+def _conv_example(rng: Any) -> dict[str | Var, Any]:
     """A conv of x by w (NCHW or NHWC, half the time a batch of 1) to y; ``s`` the shape a channel
     vector broadcasts as over y, ``s2`` y's shape without its batch, ``s3`` a channel vector's over that."""
     c, o, h, w = (int(d) for d in rng.integers(1, 5, 4))
@@ -169,15 +173,15 @@ def _conv_example(rng: Any) -> dict[str, Any]:
         "y": TensorType(out, F32),
         **{t: TensorType((o,), F32) for t in ("c", *_STATS)},
         "t": TensorType((1, o, 1, 1) if nchw else (1, 1, 1, o), F32),
-        "st": (1, 1),
-        "p": (0, 0, 0, 0),
-        "dl": (1, 1),
-        "g": 1,
+        STRIDES: (1, 1),
+        PADDING: (0, 0, 0, 0),
+        DILATIONS: (1, 1),
+        G: 1,
         "eps": 1e-5,
     }
 
 
-def _affine_example(rng: Any) -> dict[str, Any]:
+def _affine_example(rng: Any) -> dict[str | Var, Any]:
     """y of rank 2 to 4 (with a leading 1 half the time), vectors along a random axis after the first."""
     rank = int(rng.integers(2, 5))
     shape = [int(d) for d in rng.integers(1, 5, rank)]
@@ -186,23 +190,22 @@ def _affine_example(rng: Any) -> dict[str, Any]:
     o = shape[axis]
     ones = [1] * rank
     ones[axis] = o
-    vectors = {t: TensorType((o,), F32) for t in ("c", *_STATS)}
+    vectors: dict[str | Var, Any] = {t: TensorType((o,), F32) for t in ("c", *_STATS)}
     return {"y": TensorType(tuple(shape), F32), **vectors, "s": tuple(ones), "eps": 1e-5, "d": F32, "a": axis}
 
 
-def _unit_reshape(rng: Any) -> dict[str, Any]:
+def _unit_reshape(rng: Any) -> dict[str | Var, Any]:
     """y with a leading 1 and s its shape without it; vectors along an axis of s."""
     shape = rand_shape(rng, int(rng.integers(1, 4)))
     axis = int(rng.integers(len(shape)))
-    vectors = {t: TensorType((shape[axis],), F32) for t in _STATS}
+    vectors: dict[str | Var, Any] = {t: TensorType((shape[axis],), F32) for t in _STATS}
     return {"y": TensorType((1, *shape), F32), "s": shape, **vectors, "a": axis, "eps": 1e-5}
 
 
-def _conv(x: str, w: str, layout: str, groups: Operand = "g") -> str:
-    return Conv2d(x, w, strides="st", padding="p", dilations="dl", groups=groups, layout=layout)
+def _conv(x: str, w: str, layout: str, groups: Operand = G) -> str:
+    return Conv2d(x, w, **{**WINDOW, "groups": groups}, layout=layout)
 
 
-G = var("g")  # a conv's groups
 _SAME = (equal(shape_of("a"), shape_of("b")), equal(shape_of("w"), shape_of("v")))
 
 
@@ -277,7 +280,7 @@ def _channel_sum(layout: str) -> tuple[Variant, ...]:
     )
 
 
-def _pair_example(rng: Any, groups: int | None = None) -> dict[str, Any]:
+def _pair_example(rng: Any, groups: int | None = None) -> dict[str | Var, Any]:
     """a, b of one shape, w, v of one shape, in a random layout; ``groups``, or 1 or 2."""
     nchw = bool(rng.integers(2))
     g = groups or int(rng.integers(1, 3))
@@ -291,10 +294,10 @@ def _pair_example(rng: Any, groups: int | None = None) -> dict[str, Any]:
         "b": TensorType(data, F32),
         "w": TensorType(kernel, F32),
         "v": TensorType(kernel, F32),
-        "st": (1, 1),
-        "p": (1, 0, 0, 1),
-        "dl": (1, 1),
-        "g": g,
+        STRIDES: (1, 1),
+        PADDING: (1, 0, 0, 1),
+        DILATIONS: (1, 1),
+        G: g,
     }
 
 
@@ -314,10 +317,10 @@ def _merge(n: int, layout: str) -> MultiVariant:
     return MultiVariant(tuple(facts), actions, tuple(term[i] for i in idx))
 
 
-def _merge_example(rng: Any) -> dict[str, Any]:
+def _merge_example(rng: Any) -> dict[str | Var, Any]:
     ex = _pair_example(rng, groups=1)
     nchw = ex["a"].shape[1] == ex["w"].shape[1]
-    kernels = {}
+    kernels: dict[str | Var, Any] = {}
     for i in (1, 2, 3):
         o = int(rng.integers(1, 4))
         shape = list(ex["w"].shape)
@@ -354,18 +357,17 @@ def _epilogue(layout: str) -> tuple[Variant, ...]:
     )
 
 
-def _flat_example(rng: Any) -> dict[str, Any]:
+def _flat_example(rng: Any) -> dict[str | Var, Any]:
     """A conv example with ``s`` a reshape of its output (flat)."""
     ex = _conv_example(rng)
     return {**ex, "s": (ex["y"].size,)}
 
 
 def _fused(act: str, layout: str = "l", bias: str = "c") -> str:
-    window = {"strides": "st", "padding": "p", "dilations": "dl", "groups": "g"}
-    return Conv2dBiasAct("x", "w", bias, **window, layout=layout, act=act)
+    return Conv2dBiasAct("x", "w", bias, **WINDOW, layout=layout, act=act)
 
 
-def _matmul_example(rng: Any) -> dict[str, Any]:
+def _matmul_example(rng: Any) -> dict[str | Var, Any]:
     n, c, o = (int(d) for d in rng.integers(1, 5, 3))
     h, w = rand_shape(rng, 2)
     return {
@@ -373,13 +375,13 @@ def _matmul_example(rng: Any) -> dict[str, Any]:
         "w": TensorType((o, c, 1, 1), F32),
         "xh": TensorType((n, h, w, c), F32),
         "wh": TensorType((1, 1, c, o), F32),
-        "dl": (1, 1),
+        DILATIONS: (1, 1),
     }
 
 
 def _pointwise(x: str, w: str, layout: str) -> str:
     """A conv of stride 1, no padding, one group (any dilation, any kernel: the guards ask for 1x1)."""
-    return Conv2d(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilations="dl", groups=1, layout=layout)
+    return Conv2d(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilations=DILATIONS, groups=1, layout=layout)
 
 
 def _dims(shape: str, *axes: int) -> list[Expr]:
@@ -396,7 +398,7 @@ def _formulation(algorithm: str, layout: str) -> tuple[Variant, ...]:
     ``algorithm``: im2col where the kernel reads more than one channel per group; shifted for a kernel
     of one channel per group (multiply-adds), or of at most ``MAX_PRODUCT_TAPS`` taps."""
     axes = CONV_AXES[layout]
-    window = {"strides": "st", "padding": "p", "dilations": "dl", "groups": "g", "layout": layout}
+    window = {**WINDOW, "layout": layout}
     w = shape_of("w")
     per_group = get(w, axes.kernel_in)
     kh, kw = (get(w, k) for k in axes.kernel_spatial)
@@ -415,7 +417,7 @@ def _formulation(algorithm: str, layout: str) -> tuple[Variant, ...]:
     )
 
 
-def window_example(rng: Any, dense: bool = False) -> dict[str, Any]:
+def window_example(rng: Any, dense: bool = False) -> dict[str | Var, Any]:
     """A conv of random groups (depthwise among them unless ``dense``), strides, padding and
     dilations, in either layout, at maps down to 1x1 (where some taps read only padding)."""
     groups, per_group, out_per_group = (int(d) for d in rng.integers(1, 4, 3))
@@ -433,10 +435,10 @@ def window_example(rng: Any, dense: bool = False) -> dict[str, Any]:
         "x": TensorType((2, c, h, w) if nchw else (2, h, w, c), F32),
         "w": TensorType((o, per_group, *k) if nchw else (*k, per_group, o), F32),
         "c": TensorType((o,), F32),
-        "st": tuple(int(d) for d in rng.integers(1, 3, 2)),
-        "p": p,
-        "dl": dl,
-        "g": groups,
+        STRIDES: tuple(int(d) for d in rng.integers(1, 3, 2)),
+        PADDING: p,
+        DILATIONS: dl,
+        G: groups,
         "act": str(rng.choice(["none", "relu"])),
     }
 

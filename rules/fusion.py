@@ -14,6 +14,7 @@ from eqsat.ir import Program, TensorType
 from eqsat.shapes import MAX_RANK
 from eqsat.stacking import stacked_products
 
+from .algebra import TY
 from .base import MultiVariant, Proposal, Rule, Variant
 from .terms import (
     SCALAR,
@@ -33,6 +34,7 @@ from .terms import (
     Split,
     Tanh,
     TList,
+    Var,
     constant_weight,
     differ,
     equal,
@@ -47,11 +49,11 @@ from .terms import (
 )
 
 F32 = "float32"
-_LINEAR = {"transpose_y": "ty", "act": "none", "dtype": "d"}
+_LINEAR = {"transpose_y": TY, "act": "none", "dtype": "d"}
 
 
 def _bias_variants(r: int) -> tuple[Variant, ...]:
-    mm = Matmul("x", "w", transpose_y="ty", dtype="d")
+    mm = Matmul("x", "w", transpose_y=TY, dtype="d")
     when = (
         equal("s", shape_of(mm)),
         equal(length("s"), r),
@@ -61,7 +63,7 @@ def _bias_variants(r: int) -> tuple[Variant, ...]:
     return Variant(Add(mm, "b"), linear, when), Variant(Add("b", mm), linear, when)
 
 
-def _linear_example(rng: Any) -> dict[str, Any]:
+def _linear_example(rng: Any) -> dict[str | Var, Any]:
     r = int(rng.integers(2, 5))
     batch = tuple(int(d) for d in rng.integers(1, 3, r - 2))
     m, k, n = (int(d) for d in rng.integers(1, 6, 3))
@@ -70,7 +72,7 @@ def _linear_example(rng: Any) -> dict[str, Any]:
         "x": TensorType((*batch, m, k), F32),
         "w": TensorType((n, k) if ty else (k, n), F32),
         "b": TensorType((n,), F32),
-        "ty": ty,
+        TY: ty,
         "d": F32,
     }
 

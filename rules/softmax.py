@@ -31,6 +31,7 @@ from .terms import (
     Matmul,
     Maximum,
     Mul,
+    Operand,
     ReduceMax,
     ReduceSum,
     Reshape,
@@ -40,6 +41,7 @@ from .terms import (
     Sub,
     TList,
     Transpose,
+    Var,
     dtype_of,
     equal,
     float_dtype,
@@ -48,90 +50,93 @@ from .terms import (
     rank,
     set_item,
     shape_of,
+    var,
 )
 
 F32 = "float32"
+# The softmax ops' attributes as pattern variables (their examples bind them by the same objects)
+AXIS, FILL, ZERO_MASKED, SHIFTED = var("a"), var("f"), var("zm"), var("sh")
 
 
-def _stats(x: str, a: str) -> tuple[str, str]:
+def _stats(x: str, a: Operand) -> tuple[str, str]:
     e = Exp(Sub(x, ReduceMax(x, axis=a, keepdim=1)))
     return e, ReduceSum(e, axis=a, keepdim=1)
 
 
-def _x_axis(rng: Any) -> dict[str, Any]:
+def _x_axis(rng: Any) -> dict[str | Var, Any]:
     shape = rand_shape(rng, int(rng.integers(1, 4)))
-    return {"x": TensorType(shape, F32), "a": int(rng.integers(len(shape)))}
+    return {"x": TensorType(shape, F32), AXIS: int(rng.integers(len(shape)))}
 
 
-def _masked_example(rng: Any) -> dict[str, Any]:
+def _masked_example(rng: Any) -> dict[str | Var, Any]:
     """x, a mask of its shape, a fill, an axis, x's dtype (d) and another (dc) for casts."""
     ex = _x_axis(rng)
     shape = ex["x"].shape
     return {
         **ex,
         "m": TensorType(shape, "bool"),
-        "f": float(rng.choice([-1e9, -np.inf, -30.0])),
+        FILL: float(rng.choice([-1e9, -np.inf, -30.0])),
         "sf": shape,
         "sz": shape,
         "d": F32,
         "df": F32,
         "dc": str(rng.choice(["float64", "float16", F32])),
-        "zm": int(rng.integers(0, 2)),
-        "sh": int(rng.integers(0, 2)),
+        ZERO_MASKED: int(rng.integers(0, 2)),
+        SHIFTED: int(rng.integers(0, 2)),
     }
 
 
-def _shift_example(rng: Any) -> dict[str, Any]:
+def _shift_example(rng: Any) -> dict[str | Var, Any]:
     """x, an axis, a shift m of x's shape with that axis 1, and x's dtype."""
     ex = _blocks(rng)
-    return {"x": ex["x"], "a": ex["a"], "m": ex["m"], "d": F32}
+    return {"x": ex["x"], AXIS: ex[AXIS], "m": ex["m"], "d": F32}
 
 
-def _blocks(rng: Any) -> dict[str, Any]:
+def _blocks(rng: Any) -> dict[str | Var, Any]:
     ex = _x_axis(rng)
     other = list(ex["x"].shape)
-    other[ex["a"]] = int(rng.integers(1, 5))
+    other[ex[AXIS]] = int(rng.integers(1, 5))
     stats_shape = list(ex["x"].shape)
-    stats_shape[ex["a"]] = 1
+    stats_shape[ex[AXIS]] = 1
     return {**ex, "x2": TensorType(tuple(other), F32), "m": TensorType(tuple(stats_shape), F32)}
 
 
-_E, _L = _stats("x", "a")
-_ROW = set_item(shape_of("x"), "a", 1)  # the shape of x's statistics along a
+_E, _L = _stats("x", AXIS)
+_ROW = set_item(shape_of("x"), AXIS, 1)  # the shape of x's statistics along a
 _NEG_INF = Full(shape=SCALAR, value=float("-inf"), dtype="d")
 # The row max where it is finite, else 0 (FlashAttention's guard): exp(x - max) is then never inf - inf.
-_MAX = ReduceMax("x", axis="a", keepdim=1)
+_MAX = ReduceMax("x", axis=AXIS, keepdim=1)
 _SAFE_MAX = Select(IsFinite(_MAX), _MAX, Full(shape="sm", value=0.0, dtype="d"))
 
 
 def _shifted(m: str) -> tuple[str, str]:
     """exp(x - m) and its sum along a, for a shift m of x's shape with a's length 1."""
     e = Exp(Sub("x", m))
-    return e, ReduceSum(e, axis="a", keepdim=1)
+    return e, ReduceSum(e, axis=AXIS, keepdim=1)
 
 
 def _float32_sum(e: str) -> str:
     """The sum of ``e`` along ``a`` accumulated in float32 and cast back to ``d`` (jnp.sum of half
     precision)."""
-    return Cast(ReduceSum(Cast(e, dtype="float32"), axis="a", keepdim=1), dtype="d")
+    return Cast(ReduceSum(Cast(e, dtype="float32"), axis=AXIS, keepdim=1), dtype="d")
 
 
 _TRUE = Full(shape=SCALAR, value=1.0, dtype="bool")
 _SG_E, _SG_L = _shifted(StopGradient("m"))
 _M_E, _M_L = _shifted("m")
 _SHIFT = (equal(shape_of("m"), _ROW),)
-_FILL = Full(shape="sf", value="f", dtype="df")
+_FILL = Full(shape="sf", value=FILL, dtype="df")
 _IN_X = (equal("d", dtype_of("x")),)
 
 
-def _masked(x: str, dtype: str, mask: str = "m", fill: str | float = "f", zero: int | str = 0) -> str:
-    return MaskedSoftmax(x, mask, fill=fill, zero_masked=zero, axis="a", dtype=dtype, shifted="sh")
+def _masked(x: str, dtype: str, mask: str = "m", fill: Operand = FILL, zero: int | str = 0) -> str:
+    return MaskedSoftmax(x, mask, fill=fill, zero_masked=zero, axis=AXIS, dtype=dtype, shifted=SHIFTED)
 
 
-_SOFTMAX = Softmax("x", axis="a", shifted="sh")
+_SOFTMAX = Softmax("x", axis=AXIS, shifted=SHIFTED)
 
 
-def _rows_example(rng: Any) -> dict[str, Any]:
+def _rows_example(rng: Any) -> dict[str | Var, Any]:
     """p (..., q, k) and v (..., k, d) or its transpose, l (..., q, 1): a per-row divisor."""
     batch = rand_shape(rng, int(rng.integers(0, 3)))
     q, k, d = (int(n) for n in rng.integers(1, 6, 3))
@@ -175,8 +180,8 @@ RULES = [
         "exp(x - m) / l with m = max(x), l = sum(exp(x - m)) is softmax(x) (l summed in float32 for half "
         "precision, as jax.nn.softmax does)",
         (
-            Variant(Div(_E, _L), Softmax("x", axis="a")),
-            Variant(Div(_E, _float32_sum(_E)), Softmax("x", axis="a"), _IN_X),
+            Variant(Div(_E, _L), Softmax("x", axis=AXIS)),
+            Variant(Div(_E, _float32_sum(_E)), Softmax("x", axis=AXIS), _IN_X),
         ),
         lambda rng: {**_x_axis(rng), "d": F32},
     ),
@@ -194,7 +199,7 @@ RULES = [
         "softmax-to-stats-form",
         "softmax(x) = exp(x - m) / l, m = max(x), l = sum(exp(x - m)): the stats form the block rules "
         "work on (off by default: it grows every softmax's class, in every layout, by its expansion)",
-        (Variant(Softmax("x", axis="a"), Div(_E, _L)),),
+        (Variant(Softmax("x", axis=AXIS), Div(_E, _L)),),
         _x_axis,
         default=False,
     ),
@@ -203,8 +208,8 @@ RULES = [
         "the max over two blocks is the max of the blocks' maxes",
         (
             Variant(
-                ReduceMax(Concat(TList("x", "x2"), axis="a"), axis="a", keepdim=1),
-                Maximum(ReduceMax("x", axis="a", keepdim=1), ReduceMax("x2", axis="a", keepdim=1)),
+                ReduceMax(Concat(TList("x", "x2"), axis=AXIS), axis=AXIS, keepdim=1),
+                Maximum(ReduceMax("x", axis=AXIS, keepdim=1), ReduceMax("x2", axis=AXIS, keepdim=1)),
             ),
         ),
         _blocks,
@@ -214,8 +219,8 @@ RULES = [
         "the sum over two blocks is the sum of the blocks' sums",
         (
             Variant(
-                ReduceSum(Concat(TList("x", "x2"), axis="a"), axis="a", keepdim=1),
-                Add(ReduceSum("x", axis="a", keepdim=1), ReduceSum("x2", axis="a", keepdim=1)),
+                ReduceSum(Concat(TList("x", "x2"), axis=AXIS), axis=AXIS, keepdim=1),
+                Add(ReduceSum("x", axis=AXIS, keepdim=1), ReduceSum("x2", axis=AXIS, keepdim=1)),
             ),
         ),
         _blocks,
@@ -225,8 +230,8 @@ RULES = [
         "stats-rescale",
         "sum(exp(x - m)) = sum(exp(x - mx)) * exp(mx - m), mx = max(x) where finite, else 0: a block's "
         "sum rescaled to a new max (a fully masked -inf row stays 0, a row with +inf stays inf)",
-        ReduceSum(Exp(Sub("x", "m")), axis="a", keepdim=1),
-        Mul(ReduceSum(Exp(Sub("x", _SAFE_MAX)), axis="a", keepdim=1), Exp(Sub(_SAFE_MAX, "m"))),
+        ReduceSum(Exp(Sub("x", "m")), axis=AXIS, keepdim=1),
+        Mul(ReduceSum(Exp(Sub("x", _SAFE_MAX)), axis=AXIS, keepdim=1), Exp(Sub(_SAFE_MAX, "m"))),
         equal("sm", shape_of("m")),
         equal("sm", _ROW),
         equal("d", dtype_of("x")),
@@ -249,15 +254,15 @@ RULES = [
         (
             *(
                 Variant(
-                    Reshape(reduce("x", axis="a"), shape="s"),
-                    reduce("x", axis="a", keepdim=1),
+                    Reshape(reduce("x", axis=AXIS), shape="s"),
+                    reduce("x", axis=AXIS, keepdim=1),
                     (equal("s", _ROW),),
                 )
                 for reduce in (ReduceMax, ReduceSum)
             ),
         ),
         lambda rng: (
-            lambda ex: {**ex, "s": tuple(1 if i == ex["a"] else d for i, d in enumerate(ex["x"].shape))}
+            lambda ex: {**ex, "s": tuple(1 if i == ex[AXIS] else d for i, d in enumerate(ex["x"].shape))}
         )(_x_axis(rng)),
     ),
     Rule(
@@ -265,12 +270,12 @@ RULES = [
         "softmax over axis a of x transposed by p is the softmax over x's axis p[a], transposed by p",
         (
             Variant(
-                Softmax(Transpose("x", perm="p"), axis="a", shifted="sh"),
-                Transpose(Softmax("x", axis=get("p", "a"), shifted="sh"), perm="p"),
+                Softmax(Transpose("x", perm="p"), axis=AXIS, shifted=SHIFTED),
+                Transpose(Softmax("x", axis=get("p", AXIS), shifted=SHIFTED), perm="p"),
             ),
         ),
         lambda rng: (
-            lambda ex: {**ex, "p": rand_perm(rng, len(ex["x"].shape)), "sh": int(rng.integers(0, 2))}
+            lambda ex: {**ex, "p": rand_perm(rng, len(ex["x"].shape)), SHIFTED: int(rng.integers(0, 2))}
         )(_x_axis(rng)),
     ),
     Rule(
@@ -279,9 +284,9 @@ RULES = [
         "inf / inf = NaN, included: no rule turns it into the shifted softmax's number)",
         (
             Variant(
-                Div(Exp("x"), ReduceSum(Exp("x"), axis="a", keepdim=1)), Softmax("x", axis="a", shifted=0)
+                Div(Exp("x"), ReduceSum(Exp("x"), axis=AXIS, keepdim=1)), Softmax("x", axis=AXIS, shifted=0)
             ),
-            Variant(Div(Exp("x"), _float32_sum(Exp("x"))), Softmax("x", axis="a", shifted=0), _IN_X),
+            Variant(Div(Exp("x"), _float32_sum(Exp("x"))), Softmax("x", axis=AXIS, shifted=0), _IN_X),
         ),
         lambda rng: {**_x_axis(rng), "d": F32},
         exact=False,
@@ -292,7 +297,7 @@ RULES = [
         (
             Variant(_SOFTMAX, _masked("x", "d", _TRUE, float("-inf")), _IN_X),
             Variant(
-                Softmax(Cast("x", dtype="dc"), axis="a", shifted="sh"),
+                Softmax(Cast("x", dtype="dc"), axis=AXIS, shifted=SHIFTED),
                 _masked("x", "dc", _TRUE, float("-inf")),
                 (float_dtype(dtype_of("x")),),
             ),
@@ -303,9 +308,10 @@ RULES = [
         "masked-softmax",
         "the softmax of where(mask, x, fill), in x's dtype or cast, is one masked softmax",
         (
-            Variant(Softmax(Select("m", "x", _FILL), axis="a", shifted="sh"), _masked("x", "d"), _IN_X),
+            Variant(Softmax(Select("m", "x", _FILL), axis=AXIS, shifted=SHIFTED), _masked("x", "d"), _IN_X),
             Variant(
-                Softmax(Cast(Select("m", "x", _FILL), dtype="dc"), axis="a", shifted="sh"), _masked("x", "dc")
+                Softmax(Cast(Select("m", "x", _FILL), dtype="dc"), axis=AXIS, shifted=SHIFTED),
+                _masked("x", "dc"),
             ),
         ),
         _masked_example,

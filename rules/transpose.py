@@ -24,7 +24,8 @@ from .base import (
     rule,
     unary_pattern,
 )
-from .conv import window_example
+from .conv import PADDING, STRIDES, WINDOW, window_example
+from .softmax import AXIS, FILL, SHIFTED, ZERO_MASKED
 from .terms import (
     SCALAR,
     Conv2d,
@@ -39,6 +40,7 @@ from .terms import (
     Select,
     Softmax,
     Transpose,
+    Var,
     at_least,
     call,
     constructor,
@@ -52,11 +54,15 @@ from .terms import (
     rank,
     shape_of,
     smallest,
+    var,
     vec,
 )
 
+# A conv's algorithm and a pooling's kind and window as pattern variables (as the conv window's)
+ALGORITHM, POOL_KIND, POOL_WINDOW = var("al"), var("k"), var("win")
 
-def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str, Any]:
+
+def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str | Var, Any]:
     r = int(rng.integers(2, 5))
     return {"x": TensorType(rand_shape(rng, r), dtype), **{p: rand_perm(rng, r) for p in perms}}
 
@@ -64,8 +70,8 @@ def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str, An
 def _through_unary(op: str) -> Rule:
     outer, inner = Transpose(unary_pattern(op, "x"), perm="p"), unary_pattern(op, Transpose("x", perm="p"))
 
-    def example(rng: Any) -> dict[str, Any]:
-        attrs = {f"c_{k}": v for k, v in UNARY_ATTRS.get(op, {}).items()}
+    def example(rng: Any) -> dict[str | Var, Any]:
+        attrs: dict[str | Var, Any] = {f"c_{k}": v for k, v in UNARY_ATTRS.get(op, {}).items()}
         return {**_rank_example(rng, "p", dtype=example_dtype(op)), **attrs}
 
     return Rule(
@@ -79,7 +85,7 @@ def _through_unary(op: str) -> Rule:
 def _through_binary(op: str) -> Rule:
     make = constructor(op)
 
-    def example(rng: Any) -> dict[str, Any]:
+    def example(rng: Any) -> dict[str | Var, Any]:
         ex = _rank_example(rng, "p", dtype=example_dtype(op))
         return {**ex, "y": ex["x"]}
 
@@ -97,7 +103,7 @@ def _scalar_out_of_binary(op: str) -> Rule:
     make = constructor(op)
     scalar, moved = Full(shape=SCALAR, value="c", dtype="d"), Transpose("x", perm="p")
 
-    def example(rng: Any) -> dict[str, Any]:
+    def example(rng: Any) -> dict[str | Var, Any]:
         ex = _rank_example(rng, "p", dtype=example_dtype(op))
         return {**ex, "c": 2.0, "d": ex["x"].dtype}
 
@@ -135,7 +141,7 @@ def _keeps_last(p: str) -> str:
     return equal(get(p, length(p) - 1), length(p) - 1)
 
 
-def _batch_perms_example(rng: Any, dtype: str) -> dict[str, Any]:
+def _batch_perms_example(rng: Any, dtype: str) -> dict[str | Var, Any]:
     """x of rank 3-4 and two different permutations keeping its last axis last."""
     r = int(rng.integers(3, 5))
     p1, p2 = ((*(int(i) for i in rng.permutation(r - 1)), r - 1) for _ in range(2))
@@ -147,7 +153,7 @@ def _batch_perms_example(rng: Any, dtype: str) -> dict[str, Any]:
 def _two_layouts(op: str) -> Rule:
     make = constructor(op)
 
-    def example(rng: Any) -> dict[str, Any]:
+    def example(rng: Any) -> dict[str | Var, Any]:
         ex = _batch_perms_example(rng, example_dtype(op))
         sx, p1, p2 = ex["x"].shape, ex["p1"], ex["p2"]
         sy = [0] * len(sx)
@@ -185,7 +191,7 @@ def _two_layouts(op: str) -> Rule:
 def _into_binary_of_a_transpose(op: str) -> Rule:
     make = constructor(op)
 
-    def example(rng: Any) -> dict[str, Any]:
+    def example(rng: Any) -> dict[str | Var, Any]:
         ex = _batch_perms_example(rng, example_dtype(op))
         sx, p1 = ex["x"].shape, ex["p1"]
         moved = tuple(sx[a] if rng.random() < 0.7 else 1 for a in p1)  # y broadcasts along some axes
@@ -260,7 +266,7 @@ def _unit_axes_only(r: int) -> Variant:
     )
 
 
-def _unit_example(rng: Any) -> dict[str, Any]:
+def _unit_example(rng: Any) -> dict[str | Var, Any]:
     """x with some axes of size 1 (at least one), and a permutation other than the identity that moves
     only those among the others."""
     r = int(rng.integers(2, 5))
@@ -282,28 +288,28 @@ def _into_softmax(r: int) -> Variant:
     axis of x transposed: the canonical layout attention is recognized in (only that direction: each
     transposed softmax in every layout grows the e-graph, and extraction through their cycles)."""
     return Variant(
-        Transpose(Softmax("x", axis="a", shifted="sh"), perm="p"),
-        Softmax(Transpose("x", perm="p"), axis=r - 1, shifted="sh"),
-        (equal(length("p"), r), equal(get("p", r - 1), "a"), less("a", r - 1)),
+        Transpose(Softmax("x", axis=AXIS, shifted=SHIFTED), perm="p"),
+        Softmax(Transpose("x", perm="p"), axis=r - 1, shifted=SHIFTED),
+        (equal(length("p"), r), equal(get("p", r - 1), AXIS), less(AXIS, r - 1)),
     )
 
 
 def _into_masked_softmax(r: int) -> Variant:
     """``transpose(masked_softmax(x, m, a), p)`` with ``p[r - 1] = a`` and a mask of x's rank is the
     masked softmax over the last axis of x and m transposed (as ``_into_softmax``, one direction)."""
-    attrs = {"fill": "f", "zero_masked": "zm", "dtype": "d", "shifted": "sh"}
+    attrs = {"fill": FILL, "zero_masked": ZERO_MASKED, "dtype": "d", "shifted": SHIFTED}
     return Variant(
-        Transpose(MaskedSoftmax("x", "m", axis="a", **attrs), perm="p"),
+        Transpose(MaskedSoftmax("x", "m", axis=AXIS, **attrs), perm="p"),
         MaskedSoftmax(Transpose("x", perm="p"), Transpose("m", perm="p"), axis=r - 1, **attrs),
         (
             equal(length("p"), r),
-            equal(get("p", r - 1), "a"),
+            equal(get("p", r - 1), AXIS),
             equal(rank("m"), r),
         ),
     )
 
 
-def _masked_softmax_last_example(rng: Any) -> dict[str, Any]:
+def _masked_softmax_last_example(rng: Any) -> dict[str | Var, Any]:
     """``_softmax_last_example`` with a mask of x's rank (some axes broadcast) and the masked
     softmax's attributes; the axis may already be last."""
     ex = _softmax_last_example(rng)
@@ -312,27 +318,27 @@ def _masked_softmax_last_example(rng: Any) -> dict[str, Any]:
     rest = [i for i in rng.permutation(r) if i != a]
     mask = tuple(d if rng.random() < 0.7 else 1 for d in ex["x"].shape)
     fill = float(rng.choice([-1e9, float("-inf")]))
-    attrs = {"f": fill, "zm": int(rng.integers(2)), "d": "float32"}
-    return {**ex, "a": a, "p": tuple(int(i) for i in (*rest, a)), "m": TensorType(mask, "bool"), **attrs}
+    attrs: dict[str | Var, Any] = {FILL: fill, ZERO_MASKED: int(rng.integers(2)), "d": "float32"}
+    return {**ex, AXIS: a, "p": tuple(int(i) for i in (*rest, a)), "m": TensorType(mask, "bool"), **attrs}
 
 
-def _softmax_last_example(rng: Any) -> dict[str, Any]:
+def _softmax_last_example(rng: Any) -> dict[str | Var, Any]:
     """x, an axis a that is not its last, and a permutation moving a last."""
     ex = _rank_example(rng, "p")
     r = len(ex["x"].shape)
     a = int(rng.integers(r - 1))
     rest = [i for i in rng.permutation(r) if i != a]
-    return {**ex, "a": a, "p": tuple(int(i) for i in (*rest, a)), "sh": int(rng.integers(0, 2))}
+    return {**ex, AXIS: a, "p": tuple(int(i) for i in (*rest, a)), SHIFTED: int(rng.integers(0, 2))}
 
 
-def _expand_example(rng: Any) -> dict[str, Any]:
+def _expand_example(rng: Any) -> dict[str | Var, Any]:
     ex = _rank_example(rng, "p")
     shape = ex["x"].shape
     small = tuple(d if rng.random() < 0.5 else 1 for d in shape)
     return {**ex, "x": TensorType(small, "float32"), "s": shape}
 
 
-def _reduction_example(rng: Any) -> dict[str, Any]:
+def _reduction_example(rng: Any) -> dict[str | Var, Any]:
     r = int(rng.integers(2, 5))
     return {
         "x": TensorType(rand_shape(rng, r), "float32"),
@@ -359,7 +365,7 @@ def _transpose_out_of_masked_select(r: int, k: int) -> Variant:
     )
 
 
-def _masked_select_example(rng: Any) -> dict[str, Any]:
+def _masked_select_example(rng: Any) -> dict[str | Var, Any]:
     r = int(rng.integers(3, 5))
     k = int(rng.integers(2, r + 1))
     x = TensorType(rand_shape(rng, r), "float32")
@@ -387,9 +393,9 @@ def _relaid(layout: str) -> tuple[Variant, ...]:
     other = "NHWC" if nchw else "NCHW"
     into, back = (_TO_NHWC, _TO_NCHW) if nchw else (_TO_NCHW, _TO_NHWC)
     kernel = _OIHW_TO_HWIO if nchw else _HWIO_TO_OIHW
-    window = {"strides": "st", "padding": "p", "dilations": "dl", "groups": "g", "algorithm": "al"}
+    window = {**WINDOW, "algorithm": ALGORITHM}
     x, w = Transpose("x", perm=into), Transpose("w", perm=kernel)
-    pool = {"kind": "k", "window": "win", "strides": "st", "padding": "p"}
+    pool = {"kind": POOL_KIND, "window": POOL_WINDOW, "strides": STRIDES, "padding": PADDING}
     return (
         *both_ways(
             Conv2d("x", "w", **window, layout=layout),
@@ -403,9 +409,10 @@ def _relaid(layout: str) -> tuple[Variant, ...]:
     )
 
 
-def _relaid_example(rng: Any) -> dict[str, Any]:
+def _relaid_example(rng: Any) -> dict[str | Var, Any]:
     example = window_example(rng)
-    return {**example, "al": str(rng.choice(ALGORITHMS)), "k": str(rng.choice(["max", "avg"])), "win": (2, 2)}
+    kind = str(rng.choice(["max", "avg"]))
+    return {**example, ALGORITHM: str(rng.choice(ALGORITHMS)), POOL_KIND: kind, POOL_WINDOW: (2, 2)}
 
 
 RULES = [
