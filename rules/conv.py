@@ -181,7 +181,7 @@ def _conv_example(rng: Any) -> dict[str | Var, Any]:
     }
 
 
-def _affine_example(rng: Any) -> dict[str | Var, Any]:
+def _affine_example(rng: Any) -> dict[str, Any]:
     """y of rank 2 to 4 (with a leading 1 half the time), vectors along a random axis after the first."""
     rank = int(rng.integers(2, 5))
     shape = [int(d) for d in rng.integers(1, 5, rank)]
@@ -190,15 +190,15 @@ def _affine_example(rng: Any) -> dict[str | Var, Any]:
     o = shape[axis]
     ones = [1] * rank
     ones[axis] = o
-    vectors: dict[str | Var, Any] = {t: TensorType((o,), F32) for t in ("c", *_STATS)}
+    vectors = {t: TensorType((o,), F32) for t in ("c", *_STATS)}
     return {"y": TensorType(tuple(shape), F32), **vectors, "s": tuple(ones), "eps": 1e-5, "d": F32, "a": axis}
 
 
-def _unit_reshape(rng: Any) -> dict[str | Var, Any]:
+def _unit_reshape(rng: Any) -> dict[str, Any]:
     """y with a leading 1 and s its shape without it; vectors along an axis of s."""
     shape = rand_shape(rng, int(rng.integers(1, 4)))
     axis = int(rng.integers(len(shape)))
-    vectors: dict[str | Var, Any] = {t: TensorType((shape[axis],), F32) for t in _STATS}
+    vectors = {t: TensorType((shape[axis],), F32) for t in _STATS}
     return {"y": TensorType((1, *shape), F32), "s": shape, **vectors, "a": axis, "eps": 1e-5}
 
 
