@@ -61,17 +61,29 @@ def check_rule(
     whose guard excludes it need not fire then.
     ``case``: keyword arguments of the example (one of ``rule.cases``); the rule must fire on it.
 
-    Raises ``MiscompileError`` on disagreement and ``EqsatError`` if the rule does not fire.
+    Raises ``MiscompileError`` on disagreement and ``EqsatError`` if the rule does not fire or its
+    example binds not every pattern variable.
     """
+    from egglog.bindings import EggSmolError
+
     rng = np.random.default_rng(seed)
     bindings = rule.bindings(rng, **(case or {}))
     if dtype is not None:
         bindings = {k: _with_dtype(v, dtype) for k, v in bindings.items()}
     wide = any(getattr(v, "dtype", v) in ("float64", "int64", "uint64") for v in bindings.values())
     with jax.enable_x64(wide or bool(jax.config.jax_enable_x64)):
-        if rule.proposal is not None:
-            return _check_proposal(rule, rng, bindings, dtype is None)
-        return _check_example(rule, rng, bindings, dtype is None)
+        try:
+            if rule.proposal is not None:
+                return _check_proposal(rule, rng, bindings, dtype is None)
+            return _check_example(rule, rng, bindings, dtype is None)
+        except EggSmolError as error:
+            unbound = re.search(r"Unbound symbol (\S+)", str(error))
+            if unbound is None:
+                raise
+            raise EqsatError(
+                f"rule {rule.name}: its example binds no {unbound[1]!r}, a variable of its patterns "
+                f"(it binds {', '.join(sorted(map(str, bindings)))})"
+            ) from error
 
 
 # Inputs an inexact rule is checked on besides normal ones: magnitudes far apart (the whole range), large

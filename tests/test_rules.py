@@ -67,6 +67,13 @@ def test_a_rule_that_never_fires_is_caught():
         check_rule(idle)
 
 
+def test_a_pattern_variable_the_example_does_not_bind_is_named():
+    """A variable renamed in the pattern but not in the example (or the other way round)."""
+    renamed = rule("exp-of-log", "renamed", "(Exp (Log y))", "y", example=_example)
+    with pytest.raises(EqsatError, match=r"exp-of-log: its example binds no 'y'.*it binds x"):
+        check_rule(renamed)
+
+
 def test_select_by_theme_and_name():
     assert select(["cast"]) == RULESETS["cast"]
     assert [r.name for r in select(["reshape-compose"])] == ["reshape-compose"]
