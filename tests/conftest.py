@@ -51,6 +51,7 @@ GRID = ("dtype", "batch")
 
 
 def _past_the_grids_first_point(item: pytest.Item) -> bool:
+    """Whether ``item`` runs a ``dtype`` or ``batch`` parametrization at a value other than its first."""
     params = getattr(getattr(item, "callspec", None), "params", {})
     for mark in item.iter_markers("parametrize"):
         names = mark.args[0]
