@@ -126,12 +126,15 @@ def _worst(reference: Any, got: Any) -> float:
     )
 
 
-def gradients(name: str, batch: int, dtype: str) -> dict[str, Any]:
-    """The parameters' gradients of sum(output * r) (r random), through eqsat.jit differentiating the
-    optimized program (``gradient="optimized"``: what eqsat's rewrites do to derivatives) against
-    jax.jit's: the worst leaf (``_worst``) and the leaves beyond the dtype's tolerance. In a narrower
-    dtype, both against the same model computing in float32 from the same (rounded) parameters."""
-    apply, params, args = build(name, batch, dtype)
+def gradients(
+    name: str, batch: int, dtype: str, model: tuple[Callable[..., Any], Any, tuple[Any, ...]]
+) -> dict[str, Any]:
+    """The parameters' gradients of sum(output * r) (r random) of ``model`` (as ``build`` made it),
+    through eqsat.jit differentiating the optimized program (``gradient="optimized"``: what eqsat's
+    rewrites do to derivatives) against jax.jit's: the worst leaf (``_worst``) and the leaves beyond
+    the dtype's tolerance. In a narrower dtype, both against the same model computing in float32 from
+    the same (rounded) parameters."""
+    apply, params, args = model
     out = jax.eval_shape(apply, params, *args)
     r = jnp.asarray(np.random.default_rng(1).normal(size=out.shape), jnp.float32)
 
@@ -160,7 +163,7 @@ def gradients(name: str, batch: int, dtype: str) -> dict[str, Any]:
 
 
 def measure(name: str, batch: int, dtype: str) -> dict[str, Any]:
-    apply, params, args = build(name, batch, dtype)
+    model = apply, params, args = build(name, batch, dtype)
 
     def fn(*xs: Any) -> Any:
         return apply(params, *xs)
@@ -188,7 +191,7 @@ def measure(name: str, batch: int, dtype: str) -> dict[str, Any]:
         "max_abs_difference": float(np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32)).max()),
         "output_scale": scale,
         "optimize_seconds": round(seconds, 2),
-        **gradients(name, batch, dtype),
+        **gradients(name, batch, dtype, model),
     }
 
 
