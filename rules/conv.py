@@ -19,7 +19,7 @@ from eqsat.ir import TensorType
 from eqsat.ops.conv import ALGORITHMS, CONV_AXES, LAYOUTS
 
 from .base import MultiVariant, Rule, Variant, both_ways, rand_shape
-from .ranges import RANGES, Magnitude, cancels_little, in_range
+from .ranges import RANGES, Magnitude, in_range, shift_moderate
 from .terms import (
     SCALAR,
     Add,
@@ -72,13 +72,14 @@ def _along(rank: int, axis: int) -> str:
 
 
 # The factor sc * rsqrt(v + eps), the weights scaled by it and the shift b - m * factor in range, and
-# little cancellation where the shift meets the conv's output.
+# the mean times the factor moderate where the shift meets the conv's output (an absolute bound: the
+# conv's output has no range to bound the cancellation by, see ``shift_moderate``).
 _FACTOR = Magnitude.of("sc") * Magnitude.rsqrt_of_sum("v", "eps")
 _FOLD_RANGES = (
     *in_range(_FACTOR),
     *in_range(Magnitude.of("w") * _FACTOR),
     *in_range(Magnitude.of("b") + Magnitude.of("m") * _FACTOR, nonzero=False),
-    *cancels_little(Magnitude.of("m"), _FACTOR),
+    *shift_moderate(Magnitude.of("m"), _FACTOR),
 )
 
 
@@ -131,8 +132,9 @@ def _bias(rank: int, axis: int) -> tuple[Variant, ...]:
 
 def _written_out(rank: int, axis: int) -> tuple[Variant, ...]:
     """flax's BatchNorm at inference: (y - mean) * (rsqrt(var + eps) * scale) + bias, the vectors
-    reshaped to broadcast along ``axis`` — as traced, and with the factor reshaped as a whole (after
-    ``layout.drop_unit_dims``)."""
+    reshaped to broadcast along ``axis`` — as traced, with the factor reshaped as a whole (after
+    ``layout.drop_unit_dims``), and as jax code writes it, ``(y - mean) * rsqrt(var + eps) * scale``
+    with its two factors gathered by ``constant-factors-together`` (each reshaped)."""
 
     def rsqrt(v: str) -> str:
         return Rsqrt(Add(v, Full(shape=SCALAR, value="eps", dtype="d")))
@@ -140,6 +142,7 @@ def _written_out(rank: int, axis: int) -> tuple[Variant, ...]:
     factors = (
         Mul(rsqrt(Reshape("v", shape="s")), Reshape("sc", shape="s")),
         Reshape(Mul(rsqrt("v"), "sc"), shape="s"),
+        Mul(Reshape(rsqrt("v"), shape="s"), Reshape("sc", shape="s")),  # jax's, factors gathered
     )
     guards = (*_per_channel(rank, axis, *_STATS), equal("d", dtype_of("y")))
     return tuple(

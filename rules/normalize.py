@@ -6,12 +6,13 @@ core ``x * rsqrt(mean(x²) + eps)`` or ``(x - mean) * rsqrt(var + eps)`` in eith
 along the last axis multiplied (the scale) or added (the bias). An RMS norm's scale then moves into the
 constant weights of the matmul after it.
 
-A batch norm's affine part, in any spelling, reaches a per-channel ``y * s + t`` (s and t computed from
-parameters), which folds into the conv before it: its weights scaled per output channel
-(``per-channel-scale-into-conv``), t its bias (``conv-bias-epilogue``). ``(y - mean) / sqrt(var + eps) *
-gamma + beta``, with ``rsqrt``, or precomputed as ``y * s + t`` all reach it: a division by a square
-root is a product by its reciprocal root, constant factors gather, a constant factor distributes over a
-constant offset, constant offsets gather.
+A batch norm's affine part after a conv folds into it in any spelling. Precomputed, ``y * s + t`` (s
+and t computed from parameters): its weights scaled per output channel (``per-channel-scale-into-conv``),
+t its bias (``conv-bias-epilogue``). ``(y - mean) / sqrt(var + eps) * gamma + beta`` or with ``rsqrt``:
+a division by a square root is a product by its reciprocal root, constant factors gather, and
+``batch-norm-written-out`` reads a batch norm, which ``batch-norm-into-conv`` folds. A constant factor
+distributes over a constant offset, and constant offsets gather, only where that cannot cancel
+(``rules/ranges.py``: never over run-time data near the offset).
 
 The regrouping steps are guarded by the analysis's ``parameter-value`` (computed from leaves only, at
 least one a parameter: its arithmetic is done once, where XLA folds constants; products of literals
@@ -30,7 +31,7 @@ from eqsat.ops.conv import CONV_AXES, LAYOUTS
 
 from .algebra import PRODUCTS_IN_RANGE
 from .base import MODERATE, Rule, Variant, rand_shape
-from .ranges import RANGES, Magnitude, cancels_little, in_range
+from .ranges import RANGES, Magnitude, cancels_little, exact_fold, in_range
 from .terms import (
     SCALAR,
     Add,
@@ -89,9 +90,26 @@ def _regroup(outer: Any, inner: Any, rhs: str, ranges: tuple[str, ...]) -> Varia
 
 
 C1, C2 = Magnitude.of("c1"), Magnitude.of("c2")
-# (y ± c1) * c2 = y * c2 ± c1 * c2: the factor and the folded offset in range, and little cancellation
-_OVER_OFFSET = (*in_range(C2), *in_range(C1 * C2), *cancels_little(C1, C2))
+# (y ± c1) * c2 = y * c2 ± c1 * c2: the factor and the folded offset in range
+_OVER_OFFSET = (*in_range(C2), *in_range(C1 * C2))
+# An offset fold's example draws these nonnegative: y + c1 (+ c2) is then away from 0 and its range
+# says so, as a weight's would (y - c1 is not, nor anything over normal data: the guard refuses those)
+_APART = ("y", "c1", "c2")
 _FOLDED = (*PARAMETER_VALUE, *RANGES)
+
+
+def _offset_folded(
+    outer: Any, inner: Any, rhs: str, ranges: tuple[str, ...], offset: Magnitude
+) -> tuple[Variant, ...]:
+    """``_regroup`` where the ``offset`` it folds cancels little relative to the value the program
+    computes first (``inner(y, c1)`` for a factor, the whole sum for offsets; known only where y's range
+    is), and where c1 or c2 is all zeros (exact): never over run-time data that could cancel."""
+    first = inner("y", "c1")
+    result = first if outer is Mul else outer(first, "c2")
+    return tuple(
+        _regroup(outer, inner, rhs, (*ranges, *when))
+        for when in (cancels_little(offset, result), exact_fold(C1, C2))
+    )
 
 
 def _example(rng: Any) -> dict[str, Any]:
@@ -465,25 +483,31 @@ RULES = [
     ),
     Rule(
         "constant-factor-over-offset",
-        "(y - c1) * c2 is y * c2 - c1 * c2, and (y + c1) * c2 is y * c2 + c1 * c2, for constants c1, c2",
+        "(y - c1) * c2 is y * c2 - c1 * c2, and (y + c1) * c2 is y * c2 + c1 * c2, for constants c1, c2, "
+        "where |c1| is at most 2**10 times |y ∓ c1| (y's range known: a weight's) or c1 or c2 is 0: "
+        "over run-time data near c1 the folded c1 * c2 would cancel",
         (
-            _regroup(Mul, Sub, Sub(Mul("y", "c2"), Mul("c1", "c2")), _OVER_OFFSET),
-            _regroup(Mul, Add, Add(Mul("y", "c2"), Mul("c1", "c2")), _OVER_OFFSET),
+            *_offset_folded(Mul, Sub, Sub(Mul("y", "c2"), Mul("c1", "c2")), _OVER_OFFSET, C1),
+            *_offset_folded(Mul, Add, Add(Mul("y", "c2"), Mul("c1", "c2")), _OVER_OFFSET, C1),
         ),
         _example,
         prelude=_FOLDED,
         exact=False,
+        positive=_APART,
     ),
     Rule(
         "constant-offsets-together",
-        "(y - c1) + c2 is y + (c2 - c1), and (y + c1) + c2 is y + (c1 + c2), for constants c1, c2",
+        "(y - c1) + c2 is y + (c2 - c1), and (y + c1) + c2 is y + (c1 + c2), for constants c1, c2, "
+        "where |c1| + |c2| is at most 2**10 times the result (y's range known: a weight's) or c1 or c2 "
+        "is 0: over run-time data the folded offset would cancel",
         (
-            _regroup(Add, Sub, Add("y", Sub("c2", "c1")), in_range(C1 + C2, nonzero=False)),
-            _regroup(Add, Add, Add("y", Add("c1", "c2")), in_range(C1 + C2, nonzero=False)),
+            *_offset_folded(Add, Sub, Add("y", Sub("c2", "c1")), in_range(C1 + C2, nonzero=False), C1 + C2),
+            *_offset_folded(Add, Add, Add("y", Add("c1", "c2")), in_range(C1 + C2, nonzero=False), C1 + C2),
         ),
         _example,
         prelude=_FOLDED,
         exact=False,
+        positive=_APART,
     ),
     Rule(
         "per-channel-scale-into-conv",

@@ -6,7 +6,9 @@ quotient's smallest nonzero magnitude from its operands'). A rule that folds con
 into weights states, with ``Magnitude``, what it creates, and ``in_range`` keeps it to
 ``2**-64 .. 2**64`` in magnitude: far inside the normal range of float32 and float64, so a folded
 constant never overflows to inf nor underflows to 0 or a subnormal where the program as written did
-not. A constant whose range is not known (a function argument, a NaN in it) is never folded.
+not. A constant whose range is not known (a function argument, a NaN in it) is never folded. A fold
+that moves an offset next to other data (``cancels_little``) bounds it relative to the result, which
+only that data's range does: over run-time data it is taken only where exact (``exact_fold``).
 
 egglog orders NaN above every float; a bound that is NaN (``inf * 0``) fails every guard.
 """
@@ -55,8 +57,11 @@ from .terms import (
 )
 
 LIMIT = 2.0**64
-# Distributing a factor over an offset, (y - c1) * c2 = y * c2 - c1 * c2, cancels where y is near c1:
-# bits lost are log2(|c1 * c2| / |result|); for results of order one (a normalization's) at most 10.
+# Folding an offset into a constant, a factor distributed over it ((y - c1) * c2 = y * c2 - c1 * c2) or
+# two offsets gathered ((y - c1) + c2 = y + (c2 - c1)), rounds at the offset's magnitude where the
+# program's y - c1 may be exact (Sterbenz): bits lost are about log2(|offset| / |result|), relative to
+# the result; ``cancels_little`` allows 10. Only y's range (a weight's) bounds the result away from 0:
+# over run-time data of unknown range the result can be arbitrarily small (r36: x - 1000 ~ 1e-3).
 CANCELLATION = 2.0**10
 
 
@@ -154,6 +159,23 @@ def in_range(m: Magnitude, *, nonzero: bool = True, limit: float = LIMIT) -> tup
     return guards
 
 
-def cancels_little(offset: Magnitude, factor: Magnitude) -> tuple[Term, ...]:
-    """Guard: the offset a factor is distributed over, times the factor, is at most ``CANCELLATION``."""
+def cancels_little(offset: Magnitude, result: Term) -> tuple[Term, ...]:
+    """Guard: the offset a rule folds is at most ``CANCELLATION`` times the smallest nonzero magnitude of
+    ``result``, the value the program computes with it (``y - c1`` for ``(y - c1) * c2``, the sum for
+    ``(y - c1) + c2``). The range analysis bounds that magnitude only where ``result``'s range excludes
+    0, so never over run-time data (a function argument, a conv's output): the guard fails there."""
+    return (*offset.facts, at_most(offset.most, call("*", CANCELLATION, range_tiny(result))))
+
+
+def exact_fold(c1: Magnitude, c2: Magnitude) -> tuple[Term, ...]:
+    """Guard: one of the two constants a rule folds is all zeros, so the fold rounds nothing the program
+    does not: ``(y - 0) * c2 = y * c2 - 0``, ``(y - c1) * 0 = y * 0 - c1 * 0``, ``(y - c1) + 0 = y - c1``."""
+    return (*c1.facts, *c2.facts, at_most(call("*", c1.most, c2.most), 0.0))
+
+
+def shift_moderate(offset: Magnitude, factor: Magnitude) -> tuple[Term, ...]:
+    """Guard: ``offset * factor`` is at most ``CANCELLATION`` in magnitude, an absolute bound (results of
+    order one), for ``batch-norm-into-conv``: where the conv's output y is near the mean, the program
+    rounds y at about ``|offset|`` already unless the conv is exact (a 1x1 identity kernel), so the
+    folded shift's rounding is of that order. It bounds nothing relative to the result."""
     return (*offset.facts, *factor.facts, at_most(call("*", offset.most, factor.most), CANCELLATION))
