@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@test -x $(PY) || "$$(sh scripts/find-python)" -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -39,7 +39,7 @@ notebooks: $(STAMP)
 	$(PY) scripts/execute_notebooks.py
 
 clean:
-	rm -rf $(VENV) build site *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache
 
 fuzz: $(STAMP)
 	EQSAT_FUZZ_EXAMPLES=$${EQSAT_FUZZ_EXAMPLES:-500} $(PY) -m pytest tests/test_fuzz.py -p no:cacheprovider -rA

@@ -24,9 +24,8 @@ import matplotlib.pyplot as plt
 import eqsat
 from bench import models
 from bench.common import OUT, interleaved, max_abs_diff, peak_bytes, write
+from eqsat.examples import PIR as EXAMPLES
 from eqsat.lowering import lower
-
-EXAMPLES = OUT.parent / "examples" / "pir"
 
 
 def _pir(name: str) -> models.Case:

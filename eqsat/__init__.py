@@ -21,6 +21,7 @@ from eqsat.prove import Equivalence, equivalent
 from eqsat.rules.traced import Built
 from eqsat.saturate import Limits, Stop, StopReason
 from eqsat.user_rules import rule
+from eqsat.version import __version__ as __version__
 
 __all__ = [
     "Builder",

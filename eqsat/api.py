@@ -29,7 +29,6 @@ from eqsat.progress import ProgressBar
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import (
-    EXTRACTION_SECONDS_PER_NODE,
     Iteration,
     Limits,
     SaturationReport,
@@ -38,7 +37,7 @@ from eqsat.saturate import (
     fresh_egraph,
     saturate,
 )
-from eqsat.speed import seconds
+from eqsat.speed import compared
 from eqsat.text import DYNAMIC
 
 _STORED = ("cost_model", "cost_before", "cost_after", "note", "extractor")  # a cached report's fields
@@ -62,6 +61,7 @@ class Report:
     cache: str = ""  # "hit", "stored", "off", or why the result is not cached
     kernels_timed: int = 0  # kernels timed on this device before extraction (eqsat.cost.kernels)
     kernels_left: int = 0  # kernels of alternatives left untimed for lack of time: a later run times them
+    cut_short: str = ""  # which wall-clock safety net cut the optimization short ("": none): never cached
 
     def to_json(self) -> dict[str, Any]:
         """What a cache entry keeps of this report (the timings are the process's own)."""
@@ -103,6 +103,8 @@ class Report:
             "rules fired: " + (", ".join(f"{k} x{v}" for k, v in sorted(self.rules_fired.items())) or "none"),
             "time: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.timings.items()),
         ]
+        if self.cut_short:
+            lines.append(f"cut short: {self.cut_short}")
         if self.note:
             lines.append(f"note: {self.note}")
         if self.cache:
@@ -121,6 +123,19 @@ class Options:
     verify: bool = False
     extractor: str = "auto"
     measure: bool = False
+
+    def __repr__(self) -> str:
+        """A summary: the rules counted (``describe()`` lists them), the cost model named."""
+        first = ", ".join(r.name for r in self.rules[:3]) + ", ..." * (len(self.rules) > 3)
+        rules = f"<{len(self.rules)} rules: {first}>"
+        return (
+            f"Options(rules={rules}, cost={self.cost.name!r}, limits={self.limits!r}, verify={self.verify}, "
+            f"extractor={self.extractor!r}, measure={self.measure})"
+        )
+
+    def describe(self) -> str:
+        """Everything: the summary, then each rule's name and reason, one a line."""
+        return "\n".join([repr(self), *(f"  {r.name}: {r.reason}" for r in self.rules)])
 
     def __post_init__(self) -> None:
         if self.extractor not in EXTRACTORS:
@@ -273,12 +288,11 @@ def optimize_with(
 ) -> OptimizeResult:
     """``optimize`` with its options given as one ``Options`` (as ``eqsat.jit`` and ``fn``'s
     specializations keep them); the result is built once, the options with it."""
-    model, limits, chosen = options.cost, options.limits, list(options.rules)
-    how = f"{options.extractor} measure={options.measure}"
-    key, status = _cache_key(program, chosen, model, limits, how, cache)
+    model, limits = options.cost, options.limits
+    key, status = _cache_key(program, options, cache)
     result = _cached(key, program) if key else None
     if result is None:
-        bar = ProgressBar(limits.max_iterations) if progress is None or progress is True else None
+        bar = ProgressBar() if progress is None or progress is True else None
         callback = bar or (progress if callable(progress) else None)
         job = _Job(options.rules, model, limits, callback, options.extractor, Deadline(limits.timeout_s))
         try:
@@ -289,10 +303,26 @@ def optimize_with(
         if options.measure or _rests_on_timings(result, model, limits):
             result = _faster_as_measured(result, model, always=not options.measure)
         if key:  # under the timings it used: a later process that reads them hits
-            key, status = _cache_key(program, chosen, model, limits, how, cache)
+            key, status = _cache_key(program, options, cache)
         status = _store(key, result, program) if key else status
     else:
         status = result.report.cache
+    return _finished(program, options, result, key, status)
+
+
+def cached_result(program: Program, options: Options) -> OptimizeResult | None:
+    """What ``optimize_with(program, options)`` returns where the program cache holds it (a hit),
+    else None: nothing is optimized."""
+    key, _ = _cache_key(program, options, None)
+    result = _cached(key, program) if key else None
+    return None if result is None else _finished(program, options, result, key, result.report.cache)
+
+
+def _finished(
+    program: Program, options: Options, result: OptimizeResult, key: str | None, status: str
+) -> OptimizeResult:
+    """``result`` of optimizing ``program``, checked where ``options`` ask, with its options and what
+    the cache did (``status``; ``key``: its entry)."""
     timings = dict(result.report.timings)
     if options.verify and not result.report.saturation.stopped(Stop.ERROR):
         from eqsat.verify import validate
@@ -365,28 +395,33 @@ def _rests_on_timings(result: OptimizeResult, model: CostModel, limits: Limits) 
 
 
 def _faster_as_measured(result: OptimizeResult, model: CostModel, always: bool = False) -> OptimizeResult:
-    """``result``, or its input where the input runs faster on this device (both timed): where the
-    predicted gain is within ``model.error``, or ``always``."""
+    """``result``, or its input where the optimized program was not measured faster on this device by
+    a margin noise does not cross (``eqsat.speed.compared``, recorded and reused): where the predicted
+    gain is within ``model.error``, or ``always``. With ``eqsat.config.reproducible`` and no verdict
+    recorded, the cost model's choice stands."""
     report = result.report
     uncertain = report.cost_before * math.exp(-model.error) < report.cost_after < report.cost_before
     if result.program is result.original or not (uncertain or always):
         return result
     t = time.perf_counter()
-    before, after = seconds([result.original, result.program])
+    verdict = compared(result.original, result.program)
     report.timings["measure"] = time.perf_counter() - t
-    kept = after < before
-    gain = f"predicted {report.cost_before / report.cost_after:.2f}x, measured {before / after:.2f}x"
-    verdict = f"{gain}: the {'optimized program is kept' if kept else 'input is returned'}"
-    report.note = "; ".join(filter(None, [report.note, verdict]))
-    if kept:
+    if verdict is None:
+        note = "no timing recorded (reproducible): the cost model's choice is kept"
+        report.note = "; ".join(filter(None, [report.note, note]))
+        return result
+    predicted = f"predicted {report.cost_before / report.cost_after:.2f}x"
+    kept = "the optimized program is kept" if verdict.replaced else "the input is returned"
+    report.note = "; ".join(filter(None, [report.note, f"{predicted}, {verdict}: {kept}"]))
+    if verdict.replaced:
         return result
     return replace(result, program=result.original, report=replace(report, cost_after=report.cost_before))
 
 
-def _cache_key(
-    program: Program, rules: list[Rule], model: CostModel, limits: Limits, extractor: str, cache: bool | None
-) -> tuple[str | None, str]:
-    """The cache key of this optimization, or None and why it is not cached."""
+def _cache_key(program: Program, options: Options, cache: bool | None) -> tuple[str | None, str]:
+    """The cache key of optimizing ``program`` under ``options``, or None and why it is not cached."""
+    model, limits, rules = options.cost, options.limits, options.rules
+    extractor = f"{options.extractor} measure={options.measure}"
     if not (config.enable_cache if cache is None else cache):
         return None, "off"
     fingerprint = model.fingerprint()
@@ -396,7 +431,7 @@ def _cache_key(
     if why or fingerprint is None:
         return None, f"not cached: {why}"
     rules_text = [f"{r.name} {r.exact}\n" + "\n".join([*r.prelude, *r.egglog(REWRITES)]) for r in rules]
-    return optimization_key(program, [*rules_text, fingerprint, repr(limits), extractor]), "stored"
+    return optimization_key(program, [*rules_text, fingerprint, limits.budget(), extractor]), "stored"
 
 
 def _store(key: str, result: OptimizeResult, program: Program) -> str:
@@ -404,6 +439,8 @@ def _store(key: str, result: OptimizeResult, program: Program) -> str:
     text does not read back."""
     if result.report.saturation.stopped(Stop.ERROR):
         return "not cached: optimization failed"
+    if result.report.cut_short:  # the next process optimizes again, rather than keep a partial result
+        return "not cached: cut short by a time limit"
     text = str(result.program)
     try:
         bind(text, program)
@@ -500,8 +537,15 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     timings["encode"] += loads[0]
     timings["saturate"] = sat.seconds - loads[0]
     sat = replace(sat, proposed={name: len(found) for name, found in proposals.items() if found})
+    cut = []
+    if sat.stopped(Stop.TIME_LIMIT):
+        cut.append(
+            f"saturation stopped at the time limit ({limits.timeout_s:g} s) after {len(sat.iterations)} "
+            "iterations: rewrites past them were not searched"
+        )
     t = time.perf_counter()
     timed = left = 0
+    ilp_timed_out = False
     try:
         deadline.check("before extraction")
         graph = Serialized(egraph.serialize([]).to_json())  # kept for pictures, extracted or not
@@ -515,13 +559,20 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
             timings["kernels"], timed, left = _time_kernels(graph, job, constants)
             # the ILP gets what is left of the time (at least a moment): optimize ends near the limit
             ilp_seconds = min(limits.ilp_timeout_s, max(deadline.left(), 0.05))
-            best, extractor, after = _extract(graph, enc, program, job, ilp_seconds, constants)
+            best, extractor, after, ilp_timed_out = _extract(graph, enc, program, job, ilp_seconds, constants)
     except TimeLimit as e:
         timings["extract"] = time.perf_counter() - t
         return _timed_out(original, model, timings, e, sat)
     timings["extract"] = time.perf_counter() - t - timings.get("kernels", 0.0)
+    if left:
+        cut.append(
+            f"{left} kernels were left untimed at the timing limit ({limits.kernel_seconds:g} s): "
+            "the roofline estimated them"
+        )
+    if ilp_timed_out:
+        cut.append(f"the ILP solver's time limit ({ilp_seconds:g} s) ended its search")
     result = _chosen(original, best, after, replace(job, extractor=extractor), sat, timings)
-    report = replace(result.report, kernels_timed=timed, kernels_left=left)
+    report = replace(result.report, kernels_timed=timed, kernels_left=left, cut_short="; ".join(cut))
     return replace(result, report=report, egraph=graph, outputs=[graph.roots[r] for r in enc.roots])
 
 
@@ -545,14 +596,14 @@ def _with_groups_taken(
 
 
 def _time_kernels(graph: Serialized, job: _Job, constants: frozenset[str]) -> tuple[float, int, int]:
-    """Time the kernels of the e-graph's alternatives the cost model would otherwise estimate, within
-    ``limits.kernel_seconds`` and what the time limit leaves beyond extraction: the seconds it took,
-    how many it timed, how many it had no time for (none where the budget is 0: no timing asked)."""
+    """Time the kernels of the e-graph's alternatives the cost model would otherwise estimate, each once
+    per device (recorded for every later run), within the safety net of ``limits.kernel_seconds`` and
+    what the time limit leaves: the seconds it took, how many it timed, how many it had no time for
+    (none where no timing is asked: a budget of 0, or ``eqsat.config.reproducible``)."""
     t = time.perf_counter()
-    if job.limits.kernel_seconds <= 0 or not job.model.timed_ops:
+    if job.limits.kernel_seconds <= 0 or config.reproducible or not job.model.timed_ops:
         return 0.0, 0, 0
-    extraction = EXTRACTION_SECONDS_PER_NODE * graph.num_nodes
-    seconds = min(job.limits.kernel_seconds, job.deadline.left() - 2 * extraction - KERNEL_MARGIN_S)
+    seconds = min(job.limits.kernel_seconds, job.deadline.left() - KERNEL_MARGIN_S)
     timed, left = job.model.time_kernels(alternatives(graph, job.model.timed_ops, constants), seconds)
     return time.perf_counter() - t, timed, left
 
@@ -592,7 +643,8 @@ def _timed_out(
     cost = model.program_cost(program)
     sat = saturation or SaturationReport(stop_reason=StopReason.time_limit(passed.seconds))
     note = f"{passed}: the input is returned"
-    return OptimizeResult(program, program, Report(sat, model.name, cost, cost, timings, note, "none"))
+    report = Report(sat, model.name, cost, cost, timings, note, "none", cut_short=str(passed))
+    return OptimizeResult(program, program, report)
 
 
 def _cheaper(after: float, before: float) -> bool:
@@ -620,9 +672,10 @@ def _extract(
     job: _Job,
     ilp_timeout_s: float,
     constants: frozenset[str],
-) -> tuple[Program, str, float]:
+) -> tuple[Program, str, float, bool]:
     """The cheapest program under the job's model among the extractors that apply, which one found it,
-    its cost (``constants``: the classes known at compile time)."""
+    its cost (``constants``: the classes known at compile time), and whether the ILP solver's time
+    limit (not its work bound) ended its search."""
     model, extractor, deadline = job.model, job.extractor, job.deadline
     greedy = greedy_dag if graph.num_nodes <= DAG_MAX_NODES else greedy_tree
     warm = greedy(graph, model, constants, deadline)
@@ -630,9 +683,12 @@ def _extract(
     candidates = {"greedy": _with_groups_taken(graph, enc, warm, program, model)}
     if extractor == "ilp" or (extractor == "auto" and graph.num_nodes <= ILP_MAX_NODES):
         roots = [graph.roots[r] for r in enc.roots]
-        exact = ilp(graph, model, roots, constants, time_limit_s=ilp_timeout_s, warm=warm)
+        exact = ilp(graph, model, roots, constants, ilp_timeout_s, warm, job.limits.ilp_max_nodes)
+        timed_out = exact.timed_out
         candidates["ilp"] = decode(graph, enc, exact, program)
+    else:
+        timed_out = False
     costs = {k: model.program_cost(p) for k, p in candidates.items()}
     # cheapest, ties to fewer ops as inside the extractors (a fused op over the same kernels), then ILP's
     name = min(candidates, key=lambda k: (costs[k] + TIE_BREAK * len(candidates[k].live_ops()), k != "ilp"))
-    return candidates[name], name, costs[name]
+    return candidates[name], name, costs[name], timed_out

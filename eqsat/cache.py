@@ -23,6 +23,7 @@ from eqsat.config import config, write_atomically
 from eqsat.errors import EqsatError
 from eqsat.ir import Program, TensorType, Value, parse_program
 from eqsat.ranges import parameter_ranges
+from eqsat.version import __version__
 
 FORMAT = "eqsat-program-cache/1"
 _PACKAGES = ("eqsat", "eqsat.rules", "eqsat.lowering")
@@ -44,8 +45,8 @@ def source_fingerprint() -> str:
     misses as a new release does."""
     specs = [find_spec(name) for name in _PACKAGES]
     roots = [Path(d) for spec in specs if spec for d in spec.submodule_search_locations or ()]
-    files = sorted({p for root in roots for pattern in ("*.py", "*/*.py") for p in root.glob(pattern)})
-    versions = [f"{name} {version(name)}" for name in ("eqsat", "egglog", "jax", "jaxlib")]
+    files = sorted({p for root in roots for p in root.rglob("*.py")})
+    versions = [f"eqsat {__version__}", *(f"{name} {version(name)}" for name in ("egglog", "jax", "jaxlib"))]
     stats = [(p, p.stat()) for p in files]
     return _digest([*versions, *(f"{p} {st.st_size} {st.st_mtime_ns}" for p, st in stats)])
 
@@ -124,12 +125,6 @@ class ProgramCache:
             warnings.warn(message, RuntimeWarning, stacklevel=3)
             return
         self.trim()
-
-    def annotate(self, key: str, name: str, value: Any) -> None:
-        """Add ``name: value`` to the entry under ``key`` (one since removed or unreadable: nothing)."""
-        entry = self.get(key)
-        if entry is not None:
-            self.put(key, {k: v for k, v in entry.items() if k not in ("format", "key")} | {name: value})
 
     def hint(self, name: str) -> Path:
         """A file whose presence says an entry was stored or read for ``name`` (a function, say): a

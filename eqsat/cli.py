@@ -7,18 +7,17 @@ import sys
 import textwrap
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from eqsat.examples import PIR as EXAMPLES
 from eqsat.progress import ProgressBar
+from eqsat.version import __version__
 
 if TYPE_CHECKING:
     from eqsat.ir import Program
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pir"
 
 
 def _version() -> str:
@@ -31,14 +30,19 @@ def _version() -> str:
         except PackageNotFoundError:
             return "not installed"
 
-    return f"{of('eqsat')} (egglog {of('egglog')}, jax {of('jax')}, jaxlib {of('jaxlib')})"
+    return f"{__version__} (egglog {of('egglog')}, jax {of('jax')}, jaxlib {of('jaxlib')})"
 
 
 def _limits(args: argparse.Namespace):
     from eqsat.saturate import Limits
 
-    limits = Limits(max_iterations=args.max_iterations, max_nodes=args.max_nodes, timeout_s=args.timeout)
-    return limits if args.kernel_seconds is None else replace(limits, kernel_seconds=args.kernel_seconds)
+    given = {
+        "max_iterations": args.max_iterations,
+        "max_nodes": args.max_nodes,
+        "timeout_s": args.timeout,
+        "kernel_seconds": args.kernel_seconds,
+    }
+    return Limits(**{name: value for name, value in given.items() if value is not None})
 
 
 def _optimize(args: argparse.Namespace) -> int:
@@ -66,7 +70,7 @@ def _optimize(args: argparse.Namespace) -> int:
             f"(bind its dynamic batch with --shape {name}=...)"
         )
     rules = args.rules.split(",") if args.rules else None
-    progress = ProgressBar(args.max_iterations, delay=0.0, verbose=args.verbose)
+    progress = ProgressBar(delay=0.0, verbose=args.verbose)
     try:
         result = eqsat.optimize(
             program,
@@ -395,17 +399,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _limit_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-iterations", type=int, default=30, help="saturation iterations (default: 30)")
-    parser.add_argument("--max-nodes", type=int, default=20_000, help="e-node limit (default: 20000)")
+    """The limits' options; each left out takes ``eqsat.Limits``'s default."""
+    parser.add_argument("--max-iterations", type=int, help="saturation iterations (default: Limits', 30)")
+    parser.add_argument("--max-nodes", type=int, help="e-node limit (default: Limits', 20000)")
     parser.add_argument(
-        "--timeout", type=float, default=10.0, help="time limit of the whole optimization in s (default: 10)"
+        "--timeout",
+        type=float,
+        help="safety net on the whole optimization's time in s: work, not time, bounds the search, and "
+        "a result it cuts short is not cached (default: Limits', 60)",
     )
     parser.add_argument(
         "--kernel-seconds",
         type=float,
-        default=None,
-        help="seconds to spend timing this device's kernels not yet timed, within the time limit "
-        "(default: $EQSAT_KERNEL_SECONDS or 5; 0: none)",
+        help="safety net on the time spent timing this device's kernels not yet timed (default: "
+        "$EQSAT_KERNEL_SECONDS or 60; 0: none are timed)",
     )
 
 

@@ -7,9 +7,17 @@
   whether ``optimize`` and ``eqsat.jit`` reuse optimized programs from earlier processes;
 - ``cache_max_bytes`` (``$EQSAT_CACHE_MAX_BYTES``, default 256 MiB): the size the program cache is kept
   under, the least recently used entries removed first;
-- ``kernel_seconds`` (``$EQSAT_KERNEL_SECONDS``, default 5): how long one optimization may spend, before
-  extraction, timing kernels this device has not timed yet (``eqsat.cost.kernels``; 0: none, the
-  roofline estimates them); the default of ``Limits.kernel_seconds``.
+- ``kernel_seconds`` (``$EQSAT_KERNEL_SECONDS``, default 60): the safety net on how long one optimization
+  may spend, before extraction, timing the kernels this device has not timed yet
+  (``eqsat.cost.kernels``; 0: none, the roofline estimates them); the default of
+  ``Limits.kernel_seconds``. Every kernel a choice needs is timed once and recorded, so the next run
+  makes the same choice; a run this limit stops is cut short, and not cached;
+- ``reproducible`` (``$EQSAT_REPRODUCIBLE``, default off): take no new measurement; every choice is
+  made from the timings and verdicts recorded on this device (``cache_dir``) and the cost model alone,
+  so a build gives the same programs wherever those records are the same;
+- ``background`` (``$EQSAT_BACKGROUND``, default on): ``eqsat.jit``'s first call of a signature runs
+  the function as written (as ``jax.jit`` would) while it is optimized in a background thread; later
+  calls run the optimized program. Off: the first call waits for the optimization.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ class Config:
     enable_cache: bool
     cache_max_bytes: int
     kernel_seconds: float
+    reproducible: bool
+    background: bool
 
     def update(self, name: str, value: Any) -> None:
         """Set one setting, converted to its type; an unknown name is a ``KeyError`` naming the known."""
@@ -49,12 +59,14 @@ class Config:
 
 
 def _from_environment() -> Config:
-    config = Config(Path.home() / ".cache" / "eqsat", True, 256 * 2**20, 5.0)
+    config = Config(Path.home() / ".cache" / "eqsat", True, 256 * 2**20, 60.0, False, True)
     for name, variable in (
         ("cache_dir", "EQSAT_CACHE_DIR"),
         ("enable_cache", "EQSAT_ENABLE_CACHE"),
         ("cache_max_bytes", "EQSAT_CACHE_MAX_BYTES"),
         ("kernel_seconds", "EQSAT_KERNEL_SECONDS"),
+        ("reproducible", "EQSAT_REPRODUCIBLE"),
+        ("background", "EQSAT_BACKGROUND"),
     ):
         if variable in os.environ:
             config.update(name, os.environ[variable])

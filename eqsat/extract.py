@@ -102,8 +102,11 @@ def _children(graph: Serialized, node: Node) -> list[str]:
 class Extraction:
     """A choice of one node per class; callable as ``choose(class) -> Node``."""
 
-    def __init__(self, best: dict[str, tuple[float, dict[str, float], Node]]) -> None:
+    def __init__(
+        self, best: dict[str, tuple[float, dict[str, float], Node]], timed_out: bool = False
+    ) -> None:
         self._best = best
+        self.timed_out = timed_out  # a solver's time limit, not its work bound, ended the search
 
     def __call__(self, cid: str) -> Node:
         return self._best[cid][2]
@@ -236,6 +239,7 @@ def ilp(
     constants: frozenset[str] = frozenset(),
     time_limit_s: float = 10.0,
     warm: Extraction | None = None,
+    max_nodes: int = 1_000,
 ) -> Extraction:
     """Exact DAG extraction as an integer program, solved by HiGHS.
 
@@ -243,17 +247,22 @@ def ilp(
     node picks a node in each child class (and, tightening the relaxation, in each class its class
     needs whatever it picks: see ``_rows``); acyclicity through an order variable per class on a
     cycle (``t[a] >= t[b] + 1`` when a picked node of class ``a`` reads class ``b``). Warm-started
-    from ``warm`` (greedy by default); if HiGHS finds nothing better within ``time_limit_s``, the warm
-    start is returned.
+    from ``warm`` (greedy by default). The search is bounded in work, ``max_nodes`` branch-and-bound
+    nodes per independent part (HiGHS is deterministic: the same graph gives the same choice at any
+    load), and by ``time_limit_s`` in all as a safety net (``Extraction.timed_out`` says it fired);
+    the best solution found within them is returned, the warm start if none is better.
     """
     warm = warm or greedy_tree(graph, model, constants)
     costs = node_costs(graph, model, constants)
     deadline = time.perf_counter() + time_limit_s
     best: dict[str, tuple[float, dict[str, float], Node]] = {}
+    timed_out = False
     for group, classes in _independent(graph, roots):
         left = max(deadline - time.perf_counter(), 0.01)
-        best |= _solve(graph, costs, group, classes, left, warm)
-    return Extraction(best) if all(r in best for r in roots) else warm
+        found, stopped = _solve(graph, costs, group, classes, left, max_nodes, warm)
+        best |= found
+        timed_out |= stopped
+    return Extraction(best, timed_out) if all(r in best for r in roots) else Extraction(warm._best, timed_out)
 
 
 def _components(graph: Serialized, classes: set[str]) -> tuple[dict[str, int], list[str]]:
@@ -374,19 +383,24 @@ def _solve(
     roots: list[str],
     classes: set[str],
     time_limit_s: float,
+    max_nodes: int,
     warm: Extraction,
-) -> dict[str, tuple[float, dict[str, float], Node]]:
+) -> tuple[dict[str, tuple[float, dict[str, float], Node]], bool]:
     """The integer program over ``classes`` (those reachable from ``roots``): the choice per class
-    HiGHS finds, or the warm start's where it finds no solution."""
+    HiGHS finds, or the warm start's where it finds no solution; and whether its time limit fired."""
+    import highspy
+
     lp, col, cls = _program(graph, costs, roots, classes)
     h = _solver()
     h.setOptionValue("time_limit", float(time_limit_s))
+    h.setOptionValue("mip_max_nodes", int(max_nodes))
     h.passModel(lp)
     h.setSolution(_warm_solution(graph, warm, roots, col, cls, lp.num_col_))
     h.run()
+    timed_out = h.getModelStatus() == highspy.HighsModelStatus.kTimeLimit
     solution = h.getSolution()
     if not solution.value_valid:
-        return warm.restricted(classes)
+        return warm.restricted(classes), timed_out
     x = solution.col_value
     best: dict[str, tuple[float, dict[str, float], Node]] = {}
     for cid in classes:
@@ -394,7 +408,7 @@ def _solve(
         if picked:
             node = min(picked, key=lambda n: costs[n.id])
             best[cid] = (costs[node.id], {cid: costs[node.id]}, node)
-    return best
+    return best, timed_out
 
 
 def _program(

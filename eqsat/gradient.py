@@ -8,7 +8,9 @@ differentiated (``jax.grad``, ``jax.vjp``, ``jax.jvp``), that differentiates wha
 
 - ``measure`` (the default): whichever of the function as written and the optimized program runs a
   training step (the function, then the gradient of its float outputs' sum) faster on this device,
-  both timed once per signature at its first differentiation (``report.note`` gives the times);
+  both timed once per signature and device at its first differentiation, the function as written
+  kept unless the optimized program is faster by a margin noise does not cross (``report.note``
+  gives the times; the verdict is recorded and reused by later runs, ``eqsat.speed.Verdicts``);
 - ``optimized``: the optimized program, as JAX would without the rule;
 - ``input``: the function as written.
 
@@ -27,10 +29,10 @@ from typing import Any
 import jax
 
 from eqsat.api import OptimizeResult
-from eqsat.cache import ProgramCache
+from eqsat.config import config
 from eqsat.ir import Program
 from eqsat.lowering import lower
-from eqsat.speed import arguments, per_call, training_steps
+from eqsat.speed import Verdict, Verdicts, arguments, sampled, training_steps
 from eqsat.types import FLOAT_DTYPES
 
 GRADIENT_MODES = ("measure", "optimized", "input")
@@ -99,8 +101,10 @@ def _used(program: Program) -> set[int]:
 
 
 def _faster(result: OptimizeResult, optimized: Flat, written: Flat) -> Flat:
-    """Whichever of ``optimized`` and ``written`` runs a training step faster, as timed here (or, for
-    a step as written that needs far more memory, the optimized program untimed)."""
+    """Whichever of ``optimized`` and ``written`` runs a training step faster on this device: the
+    optimized program only where it was measured faster by a margin noise does not cross (the verdict
+    recorded per device and reused, ``eqsat.speed.Verdicts``), or where the step as written needs far
+    more memory (untimed)."""
     original = result.original
     values = arguments(original)
     if not any(v.type.dtype in FLOAT_DTYPES for v in values) or not any(
@@ -108,72 +112,60 @@ def _faster(result: OptimizeResult, optimized: Flat, written: Flat) -> Flat:
     ):
         return optimized  # no float input or output: nothing a training step would differentiate
     t = time.perf_counter()
-    remembered = _remembered(result)
-    if remembered is not None:
-        verdict, kept = remembered
+    verdicts = Verdicts()
+    key = verdicts.key("gradient", str(original), str(result.program))
+    recorded = verdicts.get(key)
+    if recorded is not None:
+        why, kept = _said(recorded), recorded.replaced
+    elif config.reproducible:
+        why = "no training step timing recorded (reproducible): the optimized program is differentiated"
+        kept = True
     else:
         # a step that cannot be built or run here leaves JAX's derivative, as without eqsat's rule
         try:
-            verdict, kept = _timed(*training_steps([written, optimized], values))
+            steps, args = training_steps([written, optimized], values)
+            verdict = _timed(steps, args)
         except Exception as e:
-            why = f"{type(e).__name__}: {e}"
-            verdict, kept = (
-                f"no training step could be timed ({why}): the optimized program is differentiated",
-                True,
-            )
+            why = f"no training step could be timed ({type(e).__name__}: {e})"
+            why, kept = f"{why}: the optimized program is differentiated", True
         else:
-            if result.cache_key is not None:  # the next process of this program on this device reads it
-                known = {"device": _device(), "verdict": verdict, "optimized": kept}
-                ProgramCache().annotate(result.cache_key, "gradient", known)
+            if isinstance(verdict, Verdict):
+                verdicts.put(key, verdict)
+                why, kept = _said(verdict), verdict.replaced
+            else:
+                why, kept = verdict, True
     report = result.report
     report.timings["measure_gradient"] = time.perf_counter() - t
-    report.note = "; ".join(filter(None, [report.note, verdict]))
+    report.note = "; ".join(filter(None, [report.note, why]))
     return optimized if kept else written
 
 
-def _remembered(result: OptimizeResult) -> tuple[str, bool] | None:
-    """The verdict an earlier process stored with ``result``'s cache entry, on this device."""
-    if result.cache_key is None:
-        return None
-    known = (ProgramCache().get(result.cache_key) or {}).get("gradient")
-    if not isinstance(known, dict) or known.get("device") != _device():
-        return None
-    verdict, kept = known.get("verdict"), known.get("optimized")
-    if not isinstance(verdict, str) or not isinstance(kept, bool):
-        return None
-    return f"{verdict} (timed by an earlier process)", kept
+def _said(verdict: Verdict) -> str:
+    chosen = "optimized program" if verdict.replaced else "function as written"
+    return f"a training step {verdict}: the {chosen} is differentiated"
 
 
-def _device() -> str:
-    device = jax.devices()[0]
-    return f"{device.platform} {device.device_kind}"
-
-
-def _timed(steps: list[Any], args: list[Any]) -> tuple[str, bool]:
-    """Why, and whether the second (optimized) step is kept. A step as written that needs ``FAR``
-    times the memory of the optimized one, and more than ``LARGE_BYTES``, is not run (it could exhaust
-    memory, and moving its tensors dominates its time). Others are run once each (a warm-up): steps
-    quicker than ``QUICK_S`` are then timed in interleaved samples, slower ones further apart than
-    ``CLOSE`` are judged by that run, and the rest by the faster of it and one more."""
+def _timed(steps: list[Any], args: list[Any]) -> Verdict | str:
+    """The verdict of timing both steps, or why the second (optimized) one is taken untimed: a step as
+    written that needs ``FAR`` times the memory of the optimized one, and more than ``LARGE_BYTES``,
+    is not run (it could exhaust memory, and moving its tensors dominates its time). Others are run
+    once each (a warm-up): steps quicker than ``QUICK_S`` are then timed in interleaved samples,
+    slower ones further apart than ``CLOSE`` are judged by that run, and the rest by it and one more."""
     need = [getattr(s.memory_analysis(), "temp_size_in_bytes", 0) for s in steps]
     if need[0] > max(FAR * need[1], LARGE_BYTES):
         return (
             f"a training step as written needs {need[0] / 2**20:.0f} MiB, optimized "
             f"{need[1] / 2**20:.0f} MiB: the optimized program is differentiated untimed"
-        ), True
+        )
     thunks = [functools.partial(s, *args) for s in steps]
     once = [_one_run(thunk) for thunk in thunks]
     if max(once) < QUICK_S:
-        before, after = per_call(thunks, samples=5)
+        before, after = sampled(thunks, samples=5)
     elif max(once) > CLOSE * min(once):
-        before, after = once
+        before, after = [once[0]], [once[1]]
     else:
-        before, after = (min(t, _one_run(thunk)) for t, thunk in zip(once, thunks, strict=True))
-    kept = after < before
-    return (
-        f"a training step timed: as written {before * 1e3:.3g} ms, optimized {after * 1e3:.3g} ms: "
-        f"the {'optimized program' if kept else 'function as written'} is differentiated"
-    ), kept
+        before, after = ([t, _one_run(thunk)] for t, thunk in zip(once, thunks, strict=True))
+    return Verdict.of(before, after)
 
 
 def _one_run(thunk: Callable[[], Any]) -> float:

@@ -1,17 +1,24 @@
 """``eqsat.jit``: like ``jax.jit``, with equality saturation between tracing and compiling.
 
 On the first call for each signature (pytree structure, shapes and dtypes of the array arguments,
-values of the static ones) the function is traced, optimized, lowered and compiled; later calls with
-the same signature hit jax.jit's cache.
+values of the static ones) the function is traced and optimized, and the optimized program lowered
+and compiled; later calls with the same signature hit jax.jit's cache. A first call does not wait for
+the optimization (``eqsat.config.background``): the function runs as written, as under ``jax.jit``,
+while a background thread optimizes it, and the calls after it finished run the optimized program.
+Where the program cache holds the optimization, where the call is traced inside another
+transformation (``jax.grad``, an enclosing ``jit``), and for ``lower``, ``trace``, ``eval_shape`` and
+``result``, the optimized program is waited for.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import gc
 import inspect
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -19,7 +26,7 @@ from typing import Any
 
 import jax
 
-from eqsat.api import OptimizeResult, Options, optimize_with
+from eqsat.api import OptimizeResult, Options, cached_result, optimize_with
 from eqsat.cache import ProgramCache
 from eqsat.config import config
 from eqsat.cost import CostModel
@@ -45,6 +52,29 @@ def _hide_eqsat_frames() -> None:
 
 
 _hide_eqsat_frames()
+
+
+class _Caller(threading.local):
+    """The arguments of the ``Jitted.__call__`` running in this thread, for the trace it starts."""
+
+    args: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+
+
+_CALLER = _Caller()
+_RUNNING: set[threading.Thread] = set()  # background optimizations, waited for as the process ends
+
+
+def _finish_background() -> None:
+    """Wait for the background optimizations as the interpreter shuts down, before
+    ``concurrent.futures`` refuses new work (kernel timing compiles in a pool), so their results
+    reach the program cache."""
+    while _RUNNING:
+        _RUNNING.pop().join()
+
+
+# threading's own exit hooks run before non-daemon threads are joined, in the reverse order of
+# registration: registered after concurrent.futures' (eqsat.cost imports it), this one runs first
+getattr(threading, "_register_atexit", atexit.register)(_finish_background)
 
 
 class Jitted:
@@ -77,16 +107,21 @@ class Jitted:
             raise ValueError(f"unknown gradient mode {gradient!r} ({', '.join(GRADIENT_MODES)})")
         self.gradient = gradient
         self._hint = _hint(fn)
-        # the rules start installing now, in the background (decorators run early), unless an earlier
-        # process left optimized programs of this function: then its first call is likely a cache hit,
-        # which needs no rules, and installing them would only compete with it
+        # where the first call waits for its optimization, the rules start installing now, in the
+        # background (decorators run early), unless an earlier process left optimized programs of this
+        # function: then its first call is likely a cache hit, which needs no rules, and installing
+        # them would only compete with it (as they would with a first call that runs as written)
         self._likely_hit = config.enable_cache and ProgramCache().hint(self._hint).exists()
-        if not self._likely_hit:
+        if not self._likely_hit and not config.background:
             prepare(chosen)
         self.options = Options.of(chosen, cost, limits, verify, measure=measure)
         self.static_argnums, self.static_argnames = _static_args(fn, static_argnums, static_argnames)
         self.results: dict[Any, OptimizeResult] = {}
         self._warned: set[str] = set()
+        self._pending: dict[Any, threading.Thread] = {}  # signatures optimizing in the background
+        self._unstarted: list[threading.Thread] = []  # started once the call that traced them returns
+        self._finished = False  # one has finished since the last call: trace it again to run it
+        self._traces: dict[Any, Any] = {}  # what pending signatures traced, for their next trace
 
         @functools.wraps(fn)  # jax.jit reads fn's signature through __wrapped__ (static args by keyword)
         def optimized_trace(*args: Any, **kwargs: Any) -> Any:
@@ -107,26 +142,57 @@ class Jitted:
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         """``jax.jit(...).lower``: the optimized program lowered to StableHLO (``.as_text()``,
         ``.compile()``); optimizes the signature if it is new."""
-        return self._jitted.lower(*args, **kwargs)
+        return self._settled()._jitted.lower(*args, **kwargs)
 
     def trace(self, *args: Any, **kwargs: Any) -> Any:
         """``jax.jit(...).trace``: the optimized program's jaxpr (``.jaxpr``), ready to ``.lower()``."""
-        return self._jitted.trace(*args, **kwargs)
+        return self._settled()._jitted.trace(*args, **kwargs)
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The output shapes and dtypes (``jax.ShapeDtypeStruct``), as ``jax.jit(...).eval_shape``."""
-        return self._jitted.eval_shape(*args, **kwargs)
+        return self._settled()._jitted.eval_shape(*args, **kwargs)
+
+    def wait(self) -> None:
+        """Wait for the optimizations running in the background (``eqsat.config.background``)."""
+        self._start()
+        for thread in list(self._pending.values()):
+            thread.join()
+
+    def _start(self) -> None:
+        """Start the background optimizations traced so far (after the call that traced them has
+        compiled the function as written: they would compete with it)."""
+        while self._unstarted:
+            thread = self._unstarted.pop(0)
+            _RUNNING.add(thread)
+            thread.start()
+
+    def _settled(self) -> Jitted:
+        """Self, once no optimization runs in the background and jax.jit's traces of the function as
+        written are gone."""
+        self.wait()
+        if self._finished:
+            self._finished = False
+            self._jitted.clear_cache()  # type: ignore[attr-defined]  # (JAX has it; its stub does not)
+        return self
 
     @property
     def optimizations(self) -> int:
         return len(self.results)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._finished:  # an optimization finished in the background: trace again to run it
+            self._finished = False
+            self._jitted.clear_cache()  # type: ignore[attr-defined]  # (JAX has it; its stub does not)
+        outer, _CALLER.args = _CALLER.args, (args, kwargs)
         try:  # as cheap a call as jax.jit's: arguments are checked only when jax.jit refuses them
             return self._jitted(*args, **kwargs)
         except TypeError:
             self._check_arguments(args, kwargs)
             raise
+        finally:
+            _CALLER.args = outer
+            if self._unstarted:
+                self._start()
 
     def _warn_once(self, message: str) -> None:
         """A warning, once per message, placed where the function is defined (the call is inside
@@ -173,8 +239,10 @@ class Jitted:
         """The ``OptimizeResult`` of the signature of these arguments (optimized now if new):
         ``f.result(x).report``, ``f.result(x).show()``."""
         key = self._signature(args, kwargs)
+        if key in self._pending:
+            self.wait()
         if key not in self.results:
-            self._jitted.trace(*args, **kwargs)
+            self._settled()._jitted.trace(*args, **kwargs)
         return self.results[key]
 
     def clear_cache(self) -> None:
@@ -184,7 +252,9 @@ class Jitted:
         self.results.clear()
 
     def _optimized_trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Runs while jax.jit traces a new signature: trace to a Program, optimize, emit it."""
+        """Runs while jax.jit traces a new signature: trace to a Program, optimize, emit it (or, while
+        it optimizes in the background, the function as written)."""
+        caller, _CALLER.args = _CALLER.args, None  # a call inside the function is a call of its own
         dynamic, static, dyn_kwargs, static_kw = self._split(args, kwargs)
         specs = jax.tree_util.tree_map(_spec, (dynamic, dyn_kwargs))
 
@@ -193,19 +263,37 @@ class Jitted:
             full = [static[i] if i in static else next(it) for i in range(len(args))]
             return self.fn(*full, **kw, **static_kw)
 
-        if not self._likely_hit:
+        provisional = self._provisional(caller)
+        if not self._likely_hit and not provisional:
             prepare(self.options.rules)  # unless installed or on their way: install while we trace
-        traced_once = jaxpr_of(with_static, *specs[0], **specs[1])  # the only call of the function
+        key = self._signature(args, kwargs)
         leaves = jax.tree_util.tree_leaves((dynamic, dyn_kwargs))
+        # the only call of the function: a trace that ran it as written while it was optimized in the
+        # background kept what it traced
+        traced_once = self._traces.pop(key, None)
+        if traced_once is None:
+            traced_once = jaxpr_of(with_static, *specs[0], **specs[1])
         try:
             traced = to_program(traced_once)
         except UnsupportedError as e:  # a value eqsat does not model (complex): run it as written
             self._warn_once(f"eqsat.jit: {getattr(self.fn, '__name__', 'the function')} runs as written: {e}")
             return jax.tree_util.tree_unflatten(traced_once.out_tree, traced_once.run(*leaves))
-        result = optimize_with(traced.program, self.options)
-        self.results[self._signature(args, kwargs)] = result
-        if result.report.cache in ("stored", "hit") and not self._likely_hit:
-            ProgramCache().mark(self._hint)
+        if key in self._pending and not provisional:
+            self.wait()
+        if key not in self.results and key not in self._pending:
+            # a first call runs as written while it optimizes, unless an earlier process likely left
+            # the optimized program in the cache (a hit is as quick as the call as written)
+            hit = cached_result(traced.program, self.options) if provisional and self._likely_hit else None
+            if hit is not None:
+                self.results[key] = hit
+            elif provisional:
+                self._optimize_in_background(key, traced.program)
+            else:
+                self._optimized(key, traced.program)
+        result = self.results.get(key)
+        if result is None:  # optimizing in the background: the function as written meanwhile
+            self._traces[key] = traced_once
+            return jax.tree_util.tree_unflatten(traced_once.out_tree, traced_once.run(*leaves))
 
         def written(*flat: Any) -> tuple[Any, ...]:  # the function as written: its jaxpr, not a new call
             return tuple(traced_once.run(*flat))
@@ -218,6 +306,48 @@ class Jitted:
             emitted = differentiable(result, self.gradient, written, traced.own_derivatives)
         outs = emitted(*leaves, *traced.closed_over)
         return jax.tree_util.tree_unflatten(traced.out_tree, outs)
+
+    def _provisional(self, caller: tuple[tuple[Any, ...], dict[str, Any]] | None) -> bool:
+        """Whether a trace started by ``caller``'s call may run the function as written while it
+        is optimized: background optimization is on, no check was asked for (``verify``: its error is
+        raised at the call), and the call is not inside another trace (whose program would keep the
+        function as written)."""
+        if not config.background or self.options.verify or caller is None:
+            return False
+        return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(caller))
+
+    def _optimized(self, key: Any, program: Any) -> None:
+        """Optimize ``program``, the signature ``key``'s, now; its result in ``results``."""
+        result = optimize_with(program, self.options)
+        self.results[key] = result
+        if result.report.cache in ("stored", "hit") and not self._likely_hit:
+            ProgramCache().mark(self._hint)
+        if result.report.cut_short:
+            name = getattr(self.fn, "__name__", "the function")
+            self._warn_once(
+                f"eqsat.jit: the optimization of {name} was cut short, and is not cached: "
+                f"{result.report.cut_short}. The best program found runs; larger eqsat.Limits search further"
+            )
+
+    def _optimize_in_background(self, key: Any, program: Any) -> None:
+        """Optimize ``program`` in a thread of its own; the next call after it finished runs it. The
+        thread is not a daemon: a process that ends first waits for it, so the result is cached."""
+
+        def work() -> None:
+            try:
+                self._optimized(key, program)
+            except BaseException as e:  # egglog's panics too: the function as written keeps running
+                name = getattr(self.fn, "__name__", "the function")
+                self._warn_once(f"eqsat.jit: optimizing {name} failed ({e!r}): it runs as written")
+            else:
+                self._finished = True
+            finally:
+                self._pending.pop(key, None)
+                _RUNNING.discard(threading.current_thread())
+
+        thread = threading.Thread(target=work, name="eqsat-optimize")
+        self._pending[key] = thread
+        self._unstarted.append(thread)
 
 
 @contextlib.contextmanager

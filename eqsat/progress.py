@@ -13,13 +13,14 @@ if TYPE_CHECKING:
 
 class ProgressBar:
     """Call it with each saturation iteration; ``close()`` at the end. ``verbose`` also prints a line
-    per iteration (e-graph size, matches, time)."""
+    per iteration (e-graph size, matches, time). It counts iterations without a total: saturation ends
+    when nothing more matches, usually long before ``Limits.max_iterations``."""
 
-    def __init__(self, total: int, *, delay: float = 1.0, verbose: bool = False) -> None:
+    def __init__(self, *, delay: float = 1.0, verbose: bool = False) -> None:
         from tqdm import tqdm as text_bar
         from tqdm.auto import tqdm
 
-        options = {"total": total, "desc": "eqsat: saturating", "unit": "it", "leave": False, "delay": delay}
+        options = {"total": None, "desc": "eqsat: saturating", "unit": "it", "leave": False, "delay": delay}
         try:
             self.bar = tqdm(file=sys.stderr, disable=None, **options)
         except ImportError:  # a notebook without ipywidgets: tqdm's text bar

@@ -1,5 +1,9 @@
 """The runner: rules into egglog, one iteration at a time, within node, iteration and time limits.
 
+Saturation is budgeted in work, as egg's runner is: iterations, e-nodes, and matches per rule per
+iteration decide where it stops, so one program and one set of options give one e-graph on any machine
+at any load. The wall clock (``Limits.timeout_s``) is a safety net for pathological programs, checked
+between iterations; a run it stops is reported as cut short (``Stop.TIME_LIMIT``).
 egglog's run API has no node limit or timeout, so the runner steps one iteration at a time and checks
 the e-graph size and the clock between iterations. Each iteration re-runs the shape/dtype analyses to
 a fixpoint, so guards see every new node's type. Rules run under egglog's back-off scheduler: a rule
@@ -33,23 +37,30 @@ _SIZE = re.compile(r"\((\S+) (\d+)\)")
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds on saturation (and on the ILP extractor's search). The best program found when a bound
-    is hit is still returned. ``kernel_seconds``: how long to spend timing, before extraction, the
-    kernels of alternatives the cost model would otherwise estimate (within what ``timeout_s``
-    leaves; default ``eqsat.config.kernel_seconds``)."""
+    """Bounds on saturation and extraction. The best program found when a bound is hit is still
+    returned.
+
+    The budget is work: ``max_iterations``, ``max_nodes`` (e-nodes), ``match_limit`` (matches of one
+    rule in one iteration before egglog's back-off scheduler bans it for ``ban_length`` iterations)
+    and ``ilp_max_nodes`` (branch-and-bound nodes of the exact extractor). Wall-clock limits are
+    safety nets, sized never to fire on ordinary programs on a busy machine: ``timeout_s`` bounds the
+    whole optimization, ``ilp_timeout_s`` the ILP solver, ``kernel_seconds`` the timing of kernels
+    this device has not timed yet (default ``eqsat.config.kernel_seconds``; 0: none are timed, the
+    roofline estimates them). A result one of them cut short says so and is not cached."""
 
     max_iterations: int = 30
     max_nodes: int = 20_000
-    timeout_s: float = 10.0
+    timeout_s: float = 60.0
     match_limit: int = 2_000
     ban_length: int = 5
-    ilp_timeout_s: float = 0.3
+    ilp_max_nodes: int = 1_000
+    ilp_timeout_s: float = 10.0
     kernel_seconds: float = field(default_factory=lambda: config.kernel_seconds)
 
-
-# Extraction (serializing the e-graph, costing and choosing its nodes, decoding) takes about this long
-# per e-node on this project's 2-core CPU: saturation leaves that much of the time limit to it.
-EXTRACTION_SECONDS_PER_NODE = 1e-4
+    def budget(self) -> str:
+        """The work bounds, which decide a result (the safety nets do not, unless they cut it short)."""
+        work = ("max_iterations", "max_nodes", "match_limit", "ban_length", "ilp_max_nodes")
+        return " ".join(f"{name}={getattr(self, name)}" for name in work)
 
 
 @dataclass
@@ -323,8 +334,7 @@ def saturate(
     (one rule's matches can multiply the e-graph) is undone by replaying the iterations before it,
     then retried with only the rules whose matches fit the room left; if that overshoots too, it is
     undone and saturation stops at the last iteration that fit. No iteration starts when the previous
-    one's duration, and the extraction of the e-graph after it, would pass the ``deadline`` (by
-    default ``timeout_s`` from now).
+    one passed the ``deadline`` (by default ``timeout_s`` from now): a safety net, not the budget.
     """
     limits = limits or Limits()
     deadline = deadline or Deadline(limits.timeout_s)
@@ -333,26 +343,23 @@ def saturate(
     cap = int(NODE_SLACK * limits.max_nodes)
     run = _Replayable(start, limits)
     nodes, _ = sizes(run.egraph)
-    # an iteration runs every rule over the whole e-graph: the first is expected to take about twice
-    # as long as loading it took, each later one as long as the one before
-    last_seconds = 2 * (deadline.elapsed() - t_start)
+    now = deadline.elapsed()
     for index in range(limits.max_iterations):
         if nodes > limits.max_nodes:
             report.stop_reason = StopReason.node_limit(f"{nodes} > {limits.max_nodes} e-nodes")
             break
-        if deadline.left() < last_seconds + EXTRACTION_SECONDS_PER_NODE * nodes:
+        if now >= deadline.seconds:  # the safety net: work, not the clock, bounds an ordinary run
             report.stop_reason = StopReason.time_limit(deadline.seconds)
             break
-        t0 = deadline.elapsed()
         result = run.step(_ITERATION.format(scheduler="backoff"))
         size = sizes(run.egraph)
         if size[0] > cap:
             result, size = _retry_within(run, index, result, nodes, size[0], cap)
             report.stop_reason = StopReason.node_limit(f"the next iteration passes {cap} e-nodes")
         nodes, classes = size
-        last_seconds = deadline.elapsed() - t0
         matches = {k: v for k, v in result.num_matches_per_rule.items() if not k.startswith(_ANALYSIS_RULES)}
-        it = Iteration(index, nodes, classes, matches, last_seconds)
+        began, now = now, deadline.elapsed()
+        it = Iteration(index, nodes, classes, matches, now - began)
         report.iterations.append(it)
         if progress:
             progress(it)
@@ -364,13 +371,11 @@ def saturate(
             report.stop_reason = StopReason(Stop.SATURATED)
         elif nodes > limits.max_nodes:
             report.stop_reason = StopReason.node_limit(f"{nodes} > {limits.max_nodes} e-nodes")
-        elif deadline.left() < EXTRACTION_SECONDS_PER_NODE * nodes:
-            report.stop_reason = StopReason.time_limit(deadline.seconds)
         if report.stop_reason:
             break
     else:
         report.stop_reason = StopReason(Stop.ITERATION_LIMIT, str(limits.max_iterations))
-    report.seconds = deadline.elapsed() - t_start
+    report.seconds = now - t_start
     return run.egraph, report
 
 

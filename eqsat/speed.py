@@ -1,38 +1,120 @@
 """Measured choice between programs: each compiled and timed on this device, on the same random inputs.
 
 ``optimize(..., measure=True)`` uses it where a cost model's predicted gain is within the model's
-measured error (``CostModel.error``): the faster program, as timed, is kept. A differentiated
-``eqsat.jit`` function times training steps (``training_steps``, see ``eqsat.gradient``).
+measured error (``CostModel.error``), and wherever the optimized program rests on kernels timed alone;
+a differentiated ``eqsat.jit`` function times training steps (``training_steps``, see
+``eqsat.gradient``). A timing decides only where it holds: the program as written is replaced only
+where the other was measured faster by a margin this machine's run-to-run noise does not cross
+(``Verdict``), and the verdict is recorded per device, so later runs make the same choice without
+timing again (``Verdicts``; with ``eqsat.config.reproducible`` nothing new is timed).
 ``eqsat.calibrate`` times its kernels with ``per_call``.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import jax
 import numpy as np
 
+from eqsat.config import config, write_atomically
+from eqsat.devices import device_file
 from eqsat.ir import Program, Value
 from eqsat.numerics import random_array
 from eqsat.types import FLOAT_DTYPES
 
 SAMPLE_S = 2e-3  # a sample is as many calls as take about this long
+# The least gain a timing must show for a program to replace the one as written: run-to-run noise of
+# interleaved minima on this project's 2-core CPU under load stayed within it
+MIN_MARGIN = 0.05
 
 
-def per_call(
-    thunks: Sequence[Callable[[], Any]],
-    samples: int = 7,
-    statistic: Callable[[list[float]], float] = min,
-    sample_s: float = SAMPLE_S,
-) -> list[float]:
-    """Seconds per call of each thunk: ``statistic`` of ``samples`` interleaved samples, after a
-    warm-up call each; a sample is as many calls as take about ``sample_s``."""
+@dataclass(frozen=True)
+class Verdict:
+    """Seconds per call of the program as written and of the other, the margin the other had to beat
+    (``MIN_MARGIN`` or the spread of the samples, the larger) and whether it did (``replaced``)."""
+
+    before_s: float
+    after_s: float
+    margin: float
+    replaced: bool
+    recorded: bool = False  # read from the record of an earlier measurement, not timed now
+
+    @classmethod
+    def of(cls, before: Sequence[float], after: Sequence[float]) -> Verdict:
+        """The verdict of interleaved samples of both programs: each judged by its fastest sample, the
+        margin widened to the samples' own spread (median over minimum)."""
+        spread = max(statistics.median(t) / min(t) - 1 for t in (before, after))
+        margin = max(MIN_MARGIN, spread)
+        fast_before, fast_after = min(before), min(after)
+        return cls(fast_before, fast_after, margin, fast_after * (1 + margin) < fast_before)
+
+    def __str__(self) -> str:
+        source = " (recorded)" if self.recorded else ""
+        return (
+            f"timed{source}: as written {self.before_s * 1e3:.3g} ms, optimized {self.after_s * 1e3:.3g} ms, "
+            f"{self.before_s / self.after_s:.2f}x against a margin of {self.margin:.0%}"
+        )
+
+
+class Verdicts:
+    """The verdicts of timings on this device (``eqsat.config.cache_dir``, one file per backend and
+    device kind), by what was compared: a comparison is timed once, by any process."""
+
+    def __init__(self) -> None:
+        self.path = device_file("verdicts")
+
+    @staticmethod
+    def key(kind: str, *texts: str) -> str:
+        return hashlib.sha256("\0".join([kind, *texts]).encode("utf-8", "surrogatepass")).hexdigest()
+
+    def get(self, key: str) -> Verdict | None:
+        table = self._read()
+        data = table.get(key)
+        try:
+            return Verdict(**{**data, "recorded": True}) if isinstance(data, dict) else None
+        except TypeError:  # written by another version
+            return None
+
+    def put(self, key: str, verdict: Verdict) -> None:
+        table = self._read()
+        table[key] = {k: v for k, v in asdict(verdict).items() if k != "recorded"}
+        write_atomically(self.path, json.dumps(table, indent=0))
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+
+def judged(kind: str, texts: Sequence[str], measure: Callable[[], Verdict]) -> Verdict | None:
+    """The recorded verdict of comparing ``texts`` (``kind``: what is compared), else ``measure()``'s,
+    recorded; None where nothing is recorded and ``eqsat.config.reproducible`` forbids timing."""
+    verdicts = Verdicts()
+    key = verdicts.key(kind, *texts)
+    known = verdicts.get(key)
+    if known is not None or config.reproducible:
+        return known
+    verdict = measure()
+    verdicts.put(key, verdict)
+    return verdict
+
+
+def sampled(
+    thunks: Sequence[Callable[[], Any]], samples: int = 7, sample_s: float = SAMPLE_S
+) -> list[list[float]]:
+    """Seconds per call of each thunk in ``samples`` interleaved samples, after a warm-up call each; a
+    sample is as many calls as take about ``sample_s``."""
     calls = []
     for thunk in thunks:
         jax.block_until_ready(thunk())
@@ -47,7 +129,17 @@ def per_call(
                 out = thunk()
             jax.block_until_ready(out)
             times[i].append((time.perf_counter() - t) / calls[i])
-    return [statistic(t) for t in times]
+    return times
+
+
+def per_call(
+    thunks: Sequence[Callable[[], Any]],
+    samples: int = 7,
+    statistic: Callable[[list[float]], float] = min,
+    sample_s: float = SAMPLE_S,
+) -> list[float]:
+    """Seconds per call of each thunk: ``statistic`` of ``samples`` interleaved samples (``sampled``)."""
+    return [statistic(t) for t in sampled(thunks, samples, sample_s)]
 
 
 def arguments(program: Program) -> list[Value]:
@@ -55,14 +147,19 @@ def arguments(program: Program) -> list[Value]:
     return [*program.inputs, *(p for p in program.params if p.name not in program.param_values)]
 
 
-def seconds(programs: Sequence[Program], samples: int = 7) -> list[float]:
-    """Seconds per call of each program (programs of one signature: the first's arguments), compiled,
-    on the same random inputs: the fastest of interleaved samples."""
+def compared(written: Program, other: Program, samples: int = 9) -> Verdict | None:
+    """Whether ``other`` runs faster than ``written`` (programs of one signature) on this device, by
+    a margin noise does not cross: both compiled and timed on the same random inputs in interleaved
+    samples, the verdict recorded (``judged``)."""
     from eqsat.lowering import lower
 
-    args = _random_arguments(arguments(programs[0]))
-    compiled = [jax.jit(lower(p)).lower(*args).compile() for p in programs]
-    return per_call([functools.partial(run, *args) for run in compiled], samples)
+    def measure() -> Verdict:
+        args = _random_arguments(arguments(written))
+        compiled = [jax.jit(lower(p)).lower(*args).compile() for p in (written, other)]
+        before, after = sampled([functools.partial(run, *args) for run in compiled], samples)
+        return Verdict.of(before, after)
+
+    return judged("program", [str(written), str(other)], measure)
 
 
 def training_steps(fns: Sequence[Callable[..., Any]], values: Sequence[Value]) -> tuple[list[Any], list[Any]]:

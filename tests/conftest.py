@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
 
 import pytest
 
 from eqsat import config
+from eqsat.examples import PIR
 
 os.environ["EQSAT_ENABLE_CACHE"] = "0"
 config.update("enable_cache", False)  # were eqsat imported before this file
@@ -21,8 +21,19 @@ config.update("cache_dir", os.environ["EQSAT_CACHE_DIR"])
 # no kernel is timed unless a test asks: a choice made by timings would depend on the machine's load
 os.environ["EQSAT_KERNEL_SECONDS"] = "0"
 config.update("kernel_seconds", 0)
+# eqsat.jit's first call waits for the optimization: a test of its output tests the optimized program
+os.environ["EQSAT_BACKGROUND"] = "0"
+config.update("background", False)
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pir"
+
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path_factory, monkeypatch):
+    """Each test reads and records timings and verdicts in a folder of its own: nothing a test before
+    it measured changes its result."""
+    monkeypatch.setattr(config, "cache_dir", tmp_path_factory.mktemp("eqsat-cache"))
+
+
+EXAMPLES = PIR  # the bundled programs (eqsat/examples/)
 
 
 @pytest.fixture
@@ -32,9 +43,9 @@ def pir_path():
 
 # The suite's slow tier, which ``make test-fast`` leaves out: the fuzzers, the proofs, every rule's
 # numeric check, the attention kernels' numeric checks, whole networks run against Paddle, library
-# models, notebooks, the docs site, a grid of dtypes and batch sizes past its first point (tests
-# parametrized over ``dtype`` or ``batch`` run at the first value listed), and tests marked slow one
-# by one.
+# models, notebooks, the docs site, the wheel built and installed, a grid of dtypes and batch sizes
+# past its first point (tests parametrized over ``dtype`` or ``batch`` run at the first value listed),
+# and tests marked slow one by one.
 SLOW_MODULES = {
     "test_fuzz",
     "test_fusion_attention",
@@ -44,6 +55,7 @@ SLOW_MODULES = {
     "test_real_models",
     "test_notebooks",
     "test_docs",
+    "test_packaging",
 }
 
 

@@ -236,3 +236,67 @@ def test_static_arguments_and_nesting_behave_as_in_jax_jit():
     np.testing.assert_allclose(nested, x @ x + 1.0)
     with pytest.raises(eqsat.EqsatError, match="out of range"):
         eqsat.jit(lambda x: x, static_argnums=3)
+
+
+@pytest.fixture
+def background(monkeypatch):
+    """eqsat.jit as users get it: a first call does not wait for the optimization."""
+    monkeypatch.setattr(eqsat.config, "background", True)
+
+
+def test_a_first_call_runs_the_function_as_written_while_it_is_optimized(background):
+    calls = []
+
+    def f(w, b, x):
+        calls.append(1)
+        return _mlp(w, b, x)
+
+    fn, args = eqsat.jit(f), _args()
+    expected = jax.jit(_mlp)(*args)
+    np.testing.assert_allclose(fn(*args), expected, rtol=1e-6)  # as written, or optimized if done
+    fn.wait()
+    (result,) = fn.results.values()
+    assert result.program.op_counts().get("linear") == 1
+    jaxpr = str(jax.make_jaxpr(lambda *a: fn(*a))(*args))  # traced inside another trace: optimized
+    assert jaxpr.count("dot_general") == 1
+    np.testing.assert_allclose(fn(*args), expected, rtol=1e-6)  # the optimized program, swapped in
+    assert fn.optimizations == 1 and len(calls) == 1  # the function ran once: its trace was kept
+
+
+def test_what_needs_the_optimized_program_waits_for_it(background):
+    fn, args = eqsat.jit(_mlp), _args()
+    fn(*args)
+    assert fn.result(*args).program.op_counts().get("linear") == 1  # result waits
+    fn2 = eqsat.jit(_mlp)
+    fn2(*args)
+    np.testing.assert_allclose(fn2.lower(*args).compile()(*args), jax.jit(_mlp)(*args), rtol=1e-6)
+    assert fn2.optimizations == 1 and not fn2._pending  # lower waited for the optimization
+
+
+def test_a_differentiated_first_call_is_optimized_before_it_runs(background):
+    fn, args = eqsat.jit(_mlp), _args()
+    grads = jax.grad(lambda w, b, x: fn(w, b, x).sum())(*args)
+    assert fn.optimizations == 1  # waited for inside the trace, not run as written
+    np.testing.assert_allclose(grads, jax.grad(lambda *a: _mlp(*a).sum())(*args), rtol=1e-5)
+
+
+def test_a_time_limit_that_cuts_the_optimization_short_is_a_warning_once():
+    fn = eqsat.jit(_mlp, limits=eqsat.Limits(timeout_s=0.0))
+    args = _args()
+    with pytest.warns(RuntimeWarning, match="cut short, and is not cached: time limit") as caught:
+        fn(*args)
+        fn(args[0], args[1], args[2][:4])  # another signature, cut short alike: no second warning
+    assert len([w for w in caught if "cut short" in str(w.message)]) == 1
+    assert caught[0].filename == __file__  # where the function is defined
+
+
+def test_a_first_call_the_cache_holds_runs_the_optimized_program_at_once(background, monkeypatch):
+    monkeypatch.setattr(eqsat.config, "enable_cache", True)
+    args = _args()
+    first = eqsat.jit(_mlp)
+    first(*args)
+    first.wait()  # its result reaches the cache, and a hint that this function has one
+    second = eqsat.jit(_mlp)  # as a later process decorating it again
+    second(*args)
+    assert second.optimizations == 1 and not second._pending
+    assert second.result(*args).report.cache == "hit"

@@ -127,7 +127,7 @@ def test_a_kernel_is_timed_with_its_weights_as_constants_where_the_program_has_t
 def test_two_processes_timing_into_one_table_keep_both(tmp_path, monkeypatch):
     """Each saves what it timed into the file as it is then, not its own copy over the other's."""
     monkeypatch.setattr(kernels, "compiled", lambda call: (None, []))
-    monkeypatch.setattr(kernels, "run_seconds", lambda fn, args, repeats, enough_s: 1e-3)
+    monkeypatch.setattr(kernels, "run_seconds", lambda kernels, repeats, enough_s: [1e-3] * len(kernels))
     path = tmp_path / "kernels.json"
     first, second = KernelTimes(path, workers=1), KernelTimes(path, workers=1)  # both read it empty
     calls = list(_calls().values())
@@ -153,18 +153,18 @@ def test_a_program_resting_on_kernels_timed_alone_is_timed_whole(tmp_path):
         table.table[call.key] = 1e-5 if algorithm == "shifted" else 1e-2
     model = Roofline("cpu", timings=table)
     result = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=60))
-    assert "measured" in result.report.note and "measure" in result.report.timings
+    assert "timed: as written" in result.report.note and "measure" in result.report.timings
     assert _algorithms(result.program) in (["shifted"], ["direct"])
     unchecked = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=0))
-    assert _algorithms(unchecked.program) == ["shifted"] and "measured" not in unchecked.report.note
+    assert _algorithms(unchecked.program) == ["shifted"] and "timed" not in unchecked.report.note
 
 
 def test_a_later_process_reading_the_timings_hits_the_cache(tmp_path, monkeypatch):
     """An optimization is cached under the timings it used, not those it started from: the next
-    process, whose table holds them, skips optimizing. One that had no time to time them all says how
-    many it left."""
+    process, whose table holds them, skips optimizing. One whose timing limit left kernels untimed
+    says how many, and is not cached: the next process times them and optimizes again."""
     monkeypatch.setattr(config, "cache_dir", tmp_path)
-    monkeypatch.setattr(kernels, "run_seconds", lambda fn, args, repeats, enough_s: 1e-3)
+    monkeypatch.setattr(kernels, "run_seconds", lambda kernels, repeats, enough_s: [1e-3] * len(kernels))
     limits = Limits(kernel_seconds=60)
     model = Roofline("cpu", timings=KernelTimes(tmp_path / "k.json"))
     first = eqsat.optimize(_conv(), RULES, cost=model, limits=limits, cache=True)
@@ -174,8 +174,10 @@ def test_a_later_process_reading_the_timings_hits_the_cache(tmp_path, monkeypatc
 
     monkeypatch.setattr(kernels, "compiled", lambda call: time.sleep(5))
     model = Roofline("cpu", timings=KernelTimes(tmp_path / "other.json"))
-    short = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=0.2), cache=False)
+    short = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=0.2), cache=True)
     assert short.report.kernels_left == 3 and not short.report.kernels_timed
+    assert "3 kernels were left untimed" in short.report.cut_short
+    assert short.report.cache == "not cached: cut short by a time limit"
 
 
 def test_the_common_layers_follow_the_architectures_at_any_input_size():

@@ -69,3 +69,40 @@ def test_eqsat_jit_measures_at_the_first_call():
 @pytest.mark.parametrize("model", ["nodes", "flops", "roofline", "xla"])
 def test_built_in_models_state_their_measured_error(model):
     assert 0 < eqsat.cost.get_cost_model(model).error <= 1
+
+
+def test_a_gain_within_the_noise_of_the_samples_does_not_replace_the_program_as_written():
+    from eqsat.speed import MIN_MARGIN, Verdict
+
+    steady = Verdict.of([1.0, 1.01, 1.0], [0.90, 0.91, 0.90])
+    assert steady.replaced and steady.margin == MIN_MARGIN
+    small = Verdict.of([1.0, 1.0, 1.0], [0.97, 0.97, 0.97])  # 3% faster: within the least margin
+    assert not small.replaced
+    noisy = Verdict.of([1.0, 1.5, 1.4], [0.8, 1.3, 1.2])  # 25% faster, samples spread 50%
+    assert noisy.margin == pytest.approx(0.5) and not noisy.replaced
+
+
+def test_a_verdict_is_recorded_and_the_next_run_makes_the_same_choice(monkeypatch):
+    from eqsat import speed
+
+    program = _chain(slow_first=False)
+    measured = eqsat.optimize(program, cost=PrefersBigProducts(), cache=False, measure=True)
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("timed again")
+
+    monkeypatch.setattr(speed, "sampled", no_timing)
+    again = eqsat.optimize(program, cost=PrefersBigProducts(), cache=False, measure=True)
+    assert "timed (recorded)" in again.report.note and again.program is program
+    assert measured.report.note.split("ms, ")[0] in again.report.note.replace(" (recorded)", "")
+
+
+def test_reproducible_builds_take_no_new_measurement(monkeypatch):
+    from eqsat import speed
+
+    monkeypatch.setattr(eqsat.config, "reproducible", True)
+    monkeypatch.setattr(speed, "sampled", lambda *a, **k: pytest.fail("timed in a reproducible build"))
+    program = _chain(slow_first=False)
+    result = eqsat.optimize(program, cost=PrefersBigProducts(), cache=False, measure=True)
+    assert result.program is not program  # nothing recorded: the model's choice stands
+    assert "no timing recorded (reproducible)" in result.report.note

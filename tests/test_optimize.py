@@ -231,3 +231,13 @@ def test_a_20000_op_chain_optimizes():
         y = b.tanh(y) if i % 2 else b.relu(y)
     result = eqsat.optimize(b.build(y), rules=["transpose"])
     assert len(result.program.ops) == 20_000
+
+
+def test_options_print_as_a_summary_and_describe_every_rule():
+    b = eqsat.Builder()
+    result = eqsat.optimize(b.build(b.relu(b.input("x", (4, 4)))), cache=False)
+    options = result.options
+    assert len(repr(options)) < 500 and f"<{len(options.rules)} rules: " in repr(options)
+    lines = options.describe().splitlines()
+    assert lines[0] == repr(options) and len(lines) == 1 + len(options.rules)
+    assert all(f"  {r.name}: {r.reason}" in lines for r in options.rules)

@@ -27,16 +27,17 @@ def _program() -> eqsat.Program:
 def test_a_bar_is_drawn_on_a_terminal_with_each_iterations_size(monkeypatch):
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    bar = ProgressBar(5, delay=0.0, verbose=True)
+    bar = ProgressBar(delay=0.0, verbose=True)
     bar(Iteration(0, 12, 7, {"fold": 3}, 0.01))
     bar.close()
     text = terminal.getvalue()
     assert "eqsat: saturating" in text and "nodes=12" in text
+    assert "1it" in text and "1/" not in text  # iterations counted, not out of a limit rarely reached
     assert "iteration 0: 12 e-nodes, 7 e-classes, 3 matches" in text
 
 
 def test_nothing_is_printed_where_stderr_is_not_a_terminal(capsys):
-    bar = ProgressBar(5, delay=0.0)
+    bar = ProgressBar(delay=0.0)
     bar(Iteration(0, 12, 7, {}, 0.01))
     bar.close()
     assert capsys.readouterr().err == ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -89,3 +90,48 @@ def test_the_time_limit_bounds_loading_saturation_and_extraction(monkeypatch, ti
     if late:
         assert result.report.saturation.stopped(Stop.TIME_LIMIT) or "time limit" in result.report.note
     validate(program, result.program, rules_fired=sorted(result.report.rules_fired))
+
+
+class _Loaded:
+    """A clock on which every read takes ``step`` seconds: a machine many times slower than this one."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def _attention():
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(64, 32)), jnp.float32) for _ in range(3))
+    return eqsat.from_jax(lambda q, k, v: jax.nn.softmax(q @ k.T / jnp.sqrt(32.0)) @ v, q, k, v)
+
+
+def test_a_loaded_machine_gets_the_same_program(monkeypatch):
+    """Work, not the clock, bounds saturation: on a clock that makes every step slow, the default
+    limits give the same e-graph and the same program, saturated, as on this machine's clock."""
+    program = _attention()
+    quiet = eqsat.optimize(program, cache=False)
+    monkeypatch.setattr(eqsat.deadline, "clock", _Loaded(0.25))
+    loaded = eqsat.optimize(program, cache=False)
+    assert quiet.report.saturated and loaded.report.saturated and not loaded.report.cut_short
+    assert [it.nodes for it in loaded.report.saturation.iterations] == [
+        it.nodes for it in quiet.report.saturation.iterations
+    ]
+    assert str(loaded.program) == str(quiet.program) and "attention" in str(loaded.program)
+
+
+def test_a_result_the_time_limit_cut_short_says_so_and_is_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(eqsat.config, "cache_dir", tmp_path)
+    program = _attention()
+    first = eqsat.optimize(program, limits=Limits(timeout_s=0.0), cache=True)
+    assert "time limit (0 s)" in first.report.cut_short
+    assert first.report.cache == "not cached: cut short by a time limit"
+    assert "cut short: " in str(first.report)
+    # the time limit is a safety net, not part of the key: had the cut-short result been stored, this
+    # would have been served it
+    again = eqsat.optimize(program, limits=Limits(timeout_s=300.0), cache=True)
+    assert again.report.cache == "stored" and again.report.saturated and not again.report.cut_short
+    assert eqsat.optimize(program, cache=True).report.cache == "hit"

@@ -15,10 +15,9 @@ import hashlib
 import json
 import math
 import os
-import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -88,7 +87,7 @@ class KernelTimes:
     def time(self, calls: Iterable[Call], seconds: float) -> int:
         """Time the ``calls`` not yet known, in order, while the next few fit in ``seconds`` (judged by
         the longest few so far); how many were timed. Each few (``workers``) are compiled side by
-        side, then timed one at a time on a quiet machine; a compilation still running when the time
+        side, then timed in interleaved samples (``run_seconds``); a compilation still running when the time
         is up is left to finish on its own, unused. The table is saved after each few, so an
         interrupted run keeps what it measured."""
         end = clock() + seconds
@@ -102,13 +101,13 @@ class KernelTimes:
                 if start + longest >= end:
                     break
                 few = todo[i : i + self.workers]
-                futures = [pool.submit(compiled, call) for call in few]
+                futures = [_submitted(pool, call) for call in few]
                 left = max(end - clock(), 0.0)
                 if len(wait(futures, timeout=left if math.isfinite(left) else None).done) < len(futures):
                     break
-                for call, future in zip(few, futures, strict=True):
-                    fn, args = future.result()
-                    self.table[call.key] = run_seconds(fn, args, self.repeats, self.enough_s)
+                kernels = [future.result() for future in futures]
+                for call, seconds in zip(few, run_seconds(kernels, self.repeats, self.enough_s), strict=True):
+                    self.table[call.key] = seconds
                 timed += len(few)
                 self._save({c.key: self.table[c.key] for c in few})
                 longest = max(longest, clock() - start)
@@ -121,6 +120,17 @@ class KernelTimes:
         on_disk = json.loads(self.path.read_text()) if self.path.exists() else {}
         self.table = {**on_disk, **self.table}
         write_atomically(self.path, json.dumps({**on_disk, **new}, indent=0))
+
+
+def _submitted(pool: ThreadPoolExecutor, call: Call) -> Future[tuple[Callable[..., Any], list[Any]]]:
+    """``compiled(call)`` in ``pool``; compiled now where no thread can start (the interpreter is
+    shutting down, and ``eqsat.jit``'s background optimization finishes before it exits)."""
+    try:
+        return pool.submit(compiled, call)
+    except RuntimeError:
+        done: Future[tuple[Callable[..., Any], list[Any]]] = Future()
+        done.set_result(compiled(call))
+        return done
 
 
 def compiled(call: Call) -> tuple[Callable[..., Any], list[Any]]:
@@ -141,18 +151,23 @@ def compiled(call: Call) -> tuple[Callable[..., Any], list[Any]]:
 
 
 def run_seconds(
-    fn: Callable[..., Any], args: Sequence[Any], repeats: int = 5, enough_s: float = 0.2
-) -> float:
-    """Seconds per call of ``fn(*args)``: the median of ``repeats`` samples, a sample as many calls as
-    take a few milliseconds (``eqsat.speed.per_call``: single calls of microseconds measure the
-    timer); one call, after a warm-up, where a call takes ``enough_s`` or more."""
-    jax.block_until_ready(fn(*args))
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    once = time.perf_counter() - t0
-    if once >= enough_s:
-        return once
-    return per_call([functools.partial(fn, *args)], repeats, statistics.median)[0]
+    kernels: Sequence[tuple[Callable[..., Any], Sequence[Any]]], repeats: int = 5, enough_s: float = 0.2
+) -> list[float]:
+    """Seconds per call of each ``fn(*args)``: the fastest of ``repeats`` samples taken in turn with the
+    others' (``eqsat.speed.per_call``: a sample is as many calls as take a few milliseconds, as single
+    calls of microseconds measure the timer; load slows a sample, never speeds it up); one call, after
+    a warm-up, where a call takes ``enough_s`` or more."""
+    thunks = [functools.partial(fn, *args) for fn, args in kernels]
+    once = []
+    for thunk in thunks:
+        jax.block_until_ready(thunk())
+        t0 = time.perf_counter()
+        jax.block_until_ready(thunk())
+        once.append(time.perf_counter() - t0)
+    quick = [i for i, t in enumerate(once) if t < enough_s]
+    for i, seconds in zip(quick, per_call([thunks[i] for i in quick], repeats), strict=True):
+        once[i] = seconds
+    return once
 
 
 def alternatives_first(groups: Sequence[Sequence[Call]], estimate: Callable[[Call], float]) -> list[Call]:

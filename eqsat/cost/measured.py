@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eqsat.config import config
 from eqsat.devices import device_file
 from eqsat.ir import TensorType
 from eqsat.ops import OPAQUE
@@ -59,7 +60,7 @@ class Measured(CostModel):
         seconds = self.timings.get(call)
         if seconds is None:
             estimate = self.roofline.op_cost(op, attrs, inputs, output)
-            if self.measured_now >= self.budget or estimate > self.max_estimate_s:
+            if self.measured_now >= self.budget or estimate > self.max_estimate_s or config.reproducible:
                 return estimate * self._calibration(op)
             self.measured_now += self.timings.time([call], float("inf"))
             seconds = self.timings.get(call)
