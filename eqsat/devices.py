@@ -7,6 +7,7 @@ Accelerator numbers are public spec-sheet figures (cited per entry); ``cpu`` was
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from dataclasses import asdict, dataclass, fields
 from importlib.metadata import version
@@ -20,6 +21,25 @@ from eqsat.config import config
 FUSED_CPU_ATTENTION = tuple(int(part) for part in version("jax").split(".")[:2]) >= (0, 11)
 """Whether XLA:CPU runs a whole attention block (q kᵀ, softmax, × v) as one fast fused kernel: from
 jax 0.11 (measured here, naive attention at S=2048: ~40 ms on jax 0.11.2 and 0.12, 95 ms on 0.10.2)."""
+
+
+MAX_FLOPS = 1e17
+"""Flops per second no single device reaches (the fastest's low-precision peak is ~1e16)."""
+MAX_BYTES_PER_S = 1e15
+"""Bytes per second no device's memory or cache streams at (HBM ~1e13, on-chip SRAM ~1e14)."""
+MIN_OVERHEAD_S = 1e-7
+"""Seconds below which a kernel launch or a loop step is not a measurement: a call into any runtime
+costs more (XLA:CPU's smallest kernels ~2e-7 to 1e-6 s here, a GPU launch ~5e-6 s)."""
+MAX_LAUNCH_S = 1e-3
+"""Seconds per kernel launch above which the figure is a timing of something else."""
+PRODUCT_SLACK = 2.0
+"""How far above the dot peak of its dtype a fitted product rate (naive attention's) may come: the
+peak is the fastest of a few sizes, the fit has noise, but no product is much faster than products."""
+CONV_SLACK = 4.0
+"""How far above the dot peak of its dtype a conv's rate (in direct-conv flops) may come: Winograd's
+F(4x4, 3x3) does a 3x3 conv in a quarter of its direct flops."""
+STREAM_SLACK = 2.0
+"""How far above the cache bandwidth the streaming (DRAM) bandwidth may come: noise, no more."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +85,49 @@ class Device:
             if prefix + key in known:
                 return known[prefix + key]
         return None
+
+    def implausible(self) -> list[str]:
+        """What in this profile no device can do, one line a figure (its name, value and the bound it
+        crosses; none: the profile is plausible). Derived rates are bounded by the measured peak they
+        derive from: naive attention's products are products (at most ``PRODUCT_SLACK`` times the dot
+        peak of their dtype, fastest of ``dot:<dtype>`` and ``dot:widened:<dtype>``), a conv at most
+        ``CONV_SLACK`` times it (Winograd's transforms save up to that much of a 3x3 conv's direct
+        flops), a product's result is written no faster than the cache streams (``cache_bandwidth``),
+        DRAM streams no faster than ``STREAM_SLACK`` times the cache; ``launch_s`` and ``loop_step_s``
+        are at least ``MIN_OVERHEAD_S`` (what calling anything costs) and a launch at most
+        ``MAX_LAUNCH_S``; no rate exceeds ``MAX_FLOPS`` or ``MAX_BYTES_PER_S``. ``eqsat.calibrate``
+        refuses a profile that is not plausible, and a saved one read back is ignored, with a warning."""
+        problems: list[str] = []
+
+        def bound(name: str, value: float, low: float, high: float, unit: str, why: str) -> None:
+            if not low <= value <= high:  # a NaN crosses every bound
+                limit = f"{low:.3g}" if not value >= low else f"{high:.3g}"
+                side = "below" if not value >= low else "above"
+                problems.append(f"{name} = {value:.3g} {unit}: {side} {limit} {unit} ({why})")
+
+        bound("peak_flops", self.peak_flops, 0.0, MAX_FLOPS, "flop/s", "no device's peak")
+        bound("cache_bandwidth", self.cache_bandwidth, 0.0, MAX_BYTES_PER_S, "B/s", "no device's memory")
+        why = f"{STREAM_SLACK:g}x the cache bandwidth {self.cache_bandwidth:.3g} B/s"
+        bound("bandwidth", self.bandwidth, 0.0, STREAM_SLACK * self.cache_bandwidth, "B/s", why)
+        bound("launch_s", self.launch_s, MIN_OVERHEAD_S, MAX_LAUNCH_S, "s", "what a kernel call costs")
+        bound("loop_step_s", self.loop_step_s, MIN_OVERHEAD_S, math.inf, "s", "what a loop step costs")
+        for key, value in self.peaks:
+            parts = key.split(":")
+            dtype = parts[-1]
+            if parts[0] == "write":
+                why = "the cache bandwidth: no write is faster"
+                bound(key, value, 0.0, self.cache_bandwidth, "B/s", why)
+                continue
+            dot = max(self.peak(f"dot:{dtype}"), self.peak(f"dot:widened:{dtype}"))
+            if key.startswith("dot:attention:"):
+                why = f"{PRODUCT_SLACK:g}x the {dtype} dot peak {dot:.3g} flop/s: its products are products"
+                bound(key, value, 0.0, PRODUCT_SLACK * dot, "flop/s", why)
+            elif parts[0] == "conv":
+                why = f"{CONV_SLACK:g}x the {dtype} dot peak {dot:.3g} flop/s"
+                bound(key, value, 0.0, CONV_SLACK * dot, "flop/s", why)
+            else:
+                bound(key, value, 0.0, MAX_FLOPS, "flop/s", "no device's peak")
+        return problems
 
     def to_json(self) -> dict[str, Any]:
         """Plain data: what ``calibrate`` writes and a user may edit."""
@@ -180,11 +243,15 @@ def profile_path() -> Path:
 
 
 def calibrated_device() -> Device | None:
-    """This backend's calibrated profile, if ``calibrate`` wrote one (a profile that does not read is
-    a warning, and None)."""
+    """This backend's calibrated profile, if ``calibrate`` wrote one (a profile that does not read, or
+    holds figures no device can have (``Device.implausible``), is a warning, and None)."""
     path = profile_path()
     try:
-        return Device.from_json(json.loads(path.read_text()))
+        device = Device.from_json(json.loads(path.read_text()))
+        problems = device.implausible()
+        if problems:
+            raise ValueError(f"implausible figures: {'; '.join(problems)}")
+        return device
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError, AttributeError) as e:
