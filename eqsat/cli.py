@@ -291,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_shape,
         action="append",
         metavar="NAME=D0,D1,...",
-        help="bind an input's dynamic (-1) dims (repeatable); unbound, they are 1, and the note says so",
+        help="bind an input's dynamic (-1) dims (repeatable); a dynamic batch left unbound is optimized at "
+        "1 (a note says so), any other dynamic dim must be bound (exit 2 naming the input)",
     )
     opt.add_argument(
         "--verify",

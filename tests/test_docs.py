@@ -1,35 +1,147 @@
-"""The documentation's code runs: every ```python block of docs/*.md and README.md, in order, one
-namespace per page, from the repository root (```py blocks are fragments shown, not run)."""
+"""The documentation's code runs: every ```python block of docs/*.md and README.md runs alone, as
+printed, in a namespace of its own, from the repository root (```py blocks are fragments shown, not
+run), and prints what the page shows it printing; the command line's synopsis and the messages the
+docs quote are the CLI's."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import os
 import re
+import shlex
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
 
+from eqsat.cli import build_parser, main
 from scripts import update_listings
 from scripts.check_docs_site import check as check_site
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 _BLOCK = re.compile(r"^```python\n(.*?)^```$", re.S | re.M)
+BLOCKS = [
+    pytest.param(page, code, id=f"{page.stem}-{i}")
+    for page in PAGES
+    for i, code in enumerate(_BLOCK.findall(page.read_text()))
+]
+SHOWN = "# -> "  # a comment that shows what the line (or the line above) prints
 
 
-def test_the_pages_have_code():
-    assert sum(len(_BLOCK.findall(p.read_text())) for p in PAGES) >= 10
+def shown_output(code: str) -> list[list[str]]:
+    """What a block shows it prints: its ``# -> LINE`` comments, on a print's line or on lines of
+    their own after it; comments on consecutive lines are consecutive lines of output."""
+    runs: list[list[str]] = []
+    last = -1
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        if token.type == tokenize.COMMENT and token.string.startswith(SHOWN.rstrip()):
+            line = token.string[len(SHOWN) :].rstrip()
+            if runs and token.start[0] == last + 1:
+                runs[-1].append(line)
+            else:
+                runs.append([line])
+            last = token.start[0]
+    return runs
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_a_pages_code_runs(page, monkeypatch):
+def test_the_pages_have_code_and_show_what_it_prints():
+    blocks = [code for page in PAGES for code in _BLOCK.findall(page.read_text())]
+    assert len(blocks) >= 10
+    assert sum(len(shown_output(code)) for code in blocks) >= 5
+    code = "print(1)  # -> 1\nprint(2)  # 2, a remark\nprint(3, '# -> 4')\n# -> 3 # -> 4\n# ->   5\n"
+    assert shown_output(code) == [["1"], ["3 # -> 4", "  5"]]
+
+
+@pytest.mark.parametrize(("page", "code"), BLOCKS)
+def test_a_code_block_runs_alone_and_prints_what_it_shows(page, code, monkeypatch):
     monkeypatch.chdir(ROOT)
-    namespace: dict = {"__name__": f"docs_{page.stem}"}
-    for i, block in enumerate(_BLOCK.findall(page.read_text())):
-        exec(compile(block, f"{page.name}[block {i}]", "exec"), namespace)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, str(page.relative_to(ROOT)), "exec"), {"__name__": f"docs_{page.stem}"})
     assert os.getcwd() == str(ROOT)
+    lines = [line.rstrip() for line in printed.getvalue().splitlines()]
+    at = 0
+    for run in shown_output(code):  # in order, each run as consecutive lines
+        found = [i for i in range(at, len(lines) - len(run) + 1) if lines[i : i + len(run)] == run]
+        assert found, f"the page shows {run}; the block printed:\n{printed.getvalue()}"
+        at = found[0] + len(run)
+
+
+def _synopsis() -> dict[str, str]:
+    """docs/cli.md's synopsis: each command's lines (``""``: ``eqsat``'s own options), comments out."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    block = re.search(r"^## CLI\n+```\n(.*?)^```$", text, re.S | re.M)
+    assert block
+    commands: dict[str, str] = {}
+    command = None
+    for line in block.group(1).splitlines():
+        line = re.split(r"\s#\s", line)[0]
+        if line.startswith("eqsat "):
+            word = line.split()[1]
+            command = "" if word.startswith("-") else word
+            commands[command] = commands.get(command, "") + " " + line
+        elif line.startswith(" ") and command is not None:
+            commands[command] += " " + line
+        else:
+            command = None  # python -m eqsat ...
+    return commands
+
+
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {"": parser, **commands.choices}
+
+
+def test_the_cli_synopsis_names_every_option_and_no_other():
+    synopsis, parsers = _synopsis(), _parsers()
+    assert set(synopsis) == set(parsers)
+    for command, parser in parsers.items():
+        named = set(re.findall(r"(?<![\w.-])(--?[a-z][a-z-]*)", synopsis[command]))
+        ignored = (argparse._HelpAction, argparse._SubParsersAction)  # the commands: checked above
+        actions = [a for a in parser._actions if not isinstance(a, ignored)]
+        options = [a.option_strings for a in actions if a.option_strings]
+        assert [o for o in options if not named & set(o)] == [], f"eqsat {command}: left out of docs/cli.md"
+        assert named <= {s for o in options for s in o}, f"eqsat {command}: not an option"
+        words = set(synopsis[command].split())
+        choices = [c for a in actions if not a.option_strings and a.choices for c in a.choices]
+        assert set(choices) <= words, f"eqsat {command}: a choice left out of docs/cli.md"
+
+
+# what docs/cli.md runs as segmenter.pir: an input declared [-1, 3, -1, -1], which runs at any size
+SEGMENTER = """{
+ (%0) = "pd.data" () {name:"x",dtype:float32,shape:[-1,3,-1,-1]} : () -> pd.tensor<-1x3x-1x-1xf32>
+ (%1) = "pd.relu" (%0) {} : (pd.tensor<-1x3x-1x-1xf32>) -> pd.tensor<-1x3x-1x-1xf32>
+ (%2) = "pd.fetch" (%1) {col:0,name:out} : (pd.tensor<-1x3x-1x-1xf32>) -> pd.tensor<-1x3x-1x-1xf32>
+}
+"""
+
+
+def test_the_cli_prints_what_the_docs_show(tmp_path, monkeypatch, capsys):
+    """Each ``$ eqsat ...`` of docs/cli.md's ```text blocks runs, and prints the lines shown after it,
+    in order (``...``: lines not shown)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").symlink_to(ROOT / "tests")
+    (tmp_path / "segmenter.pir").write_text(SEGMENTER)
+    sessions = re.findall(r"^```text\n(.*?)^```$", (ROOT / "docs" / "cli.md").read_text(), re.S | re.M)
+    runs = [run for session in sessions for run in re.split(r"^(?=\$ )", session, flags=re.M) if run]
+    assert len(runs) >= 3
+    for run in runs:
+        command, *shown = run.splitlines()
+        argv = shlex.split(command[2:], comments=True)
+        assert argv[0] == "eqsat"
+        main(argv[1:])
+        printed = capsys.readouterr()
+        lines = [line.rstrip() for line in (printed.out + printed.err).splitlines()]
+        at = 0
+        for line in (line for line in shown if line != "..."):
+            assert line in lines[at:], f"{command}: printed\n{printed.out}{printed.err}"
+            at = lines.index(line, at) + 1
 
 
 def test_the_site_builds_without_warnings(tmp_path):
