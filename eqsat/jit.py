@@ -186,8 +186,11 @@ class Jitted:
         outer, _CALLER.args = _CALLER.args, (args, kwargs)
         try:  # as cheap a call as jax.jit's: arguments are checked only when jax.jit refuses them
             return self._jitted(*args, **kwargs)
-        except TypeError:
-            self._check_arguments(args, kwargs)
+        except Exception as e:
+            if isinstance(e, TypeError):
+                self._check_arguments(args, kwargs)
+            if e.__traceback__ is not None:  # without this frame, the error reads as jax.jit's
+                e.with_traceback(e.__traceback__.tb_next)
             raise
         finally:
             _CALLER.args = outer
