@@ -324,15 +324,22 @@ def _finished(
     """``result`` of optimizing ``program``, checked where ``options`` ask, with its options and what
     the cache did (``status``; ``key``: its entry)."""
     timings = dict(result.report.timings)
-    if options.verify and not result.report.saturation.stopped(Stop.ERROR):
-        from eqsat.verify import validate
-
-        t = time.perf_counter()
-        with jax.ensure_compile_time_eval():  # called inside a trace (eqsat.jit's), the check runs now
-            validate(program, result.program, rules_fired=sorted(result.report.rules_fired))
-        timings["verify"] = time.perf_counter() - t
-    report = replace(result.report, cache=status, timings=timings)
     cached = key if status in ("hit", "stored") else None
+    note = result.report.note
+    if options.verify and not result.report.saturation.stopped(Stop.ERROR):
+        store = ProgramCache()
+        if status == "hit" and cached is not None and (store.get(cached) or {}).get("verified") is True:
+            note = "; ".join(filter(None, [note, "verified when it was cached"]))
+        else:
+            from eqsat.verify import validate
+
+            t = time.perf_counter()
+            with jax.ensure_compile_time_eval():  # called inside a trace (eqsat.jit's), the check runs now
+                validate(program, result.program, rules_fired=sorted(result.report.rules_fired))
+            timings["verify"] = time.perf_counter() - t
+            if cached is not None:  # a later hit of this entry needs no check
+                store.annotate(cached, "verified", True)
+    report = replace(result.report, cache=status, timings=timings, note=note)
     return replace(result, original=program, report=report, options=options, cache_key=cached)
 
 

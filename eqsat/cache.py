@@ -126,6 +126,12 @@ class ProgramCache:
             return
         self.trim()
 
+    def annotate(self, key: str, name: str, value: Any) -> None:
+        """Add ``name: value`` to the entry under ``key`` (one since removed or unreadable: nothing)."""
+        entry = self.get(key)
+        if entry is not None:
+            self.put(key, {k: v for k, v in entry.items() if k not in ("format", "key")} | {name: value})
+
     def hint(self, name: str) -> Path:
         """A file whose presence says an entry was stored or read for ``name`` (a function, say): a
         later process can expect a hit for it before it has a key."""

@@ -298,3 +298,13 @@ def test_weights_of_another_scale_are_another_key(cache_dir):
     w = np.random.default_rng(0).normal(size=(16, 16)).astype(np.float32)
     eqsat.optimize(_program(w))
     assert eqsat.optimize(_program(w * 1024)).report.cache == "stored"
+
+
+def test_a_hit_of_a_verified_entry_is_not_checked_again(cache_dir):
+    unchecked = eqsat.optimize(_program())  # stored without a check: its hit is checked
+    first = eqsat.optimize(_program(), verify=True)
+    assert unchecked.report.cache == "stored" and first.report.cache == "hit"
+    assert "verify" in first.report.timings and "verified when it was cached" not in first.report.note
+    again = eqsat.optimize(_program(), verify=True)
+    assert again.report.cache == "hit" and "verify" not in again.report.timings
+    assert "verified when it was cached" in again.report.note
