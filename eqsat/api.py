@@ -173,23 +173,32 @@ class OptimizeResult:
     ) -> Any:
         """A picture (SVG, shown inline in notebooks): ``program`` (optimized), ``original``, ``egraph``.
         For the e-graph, ``around`` (an output's index or an e-class id) and ``depth`` choose a view,
-        ``max_classes`` caps it (see ``eqsat.show.egraph_graph``)."""
-        from eqsat.show import Picture, egraph_graph, program_graph
+        ``max_classes`` caps it (see ``eqsat.show.egraph_graph``). A view or an option that does not
+        exist, or an option of the e-graph's view given for a program, is an ``eqsat.show.ViewError``
+        (a ``ValueError``) naming what there is."""
+        from eqsat.show import VIEWS, Picture, ViewError, egraph_graph, program_graph
 
-        if what == "egraph":
-            if self.egraph is None:
-                why = (
-                    " (it was loaded from the cache: optimize with cache=False)"
-                    if self.report.cache == "hit"
-                    else ""
-                )
-                raise ValueError(f"this result kept no e-graph{why}")
-            start = (
-                [self.outputs[around]] if isinstance(around, int) else None if around is None else [around]
+        if what not in VIEWS:
+            raise ViewError(f"no view {what!r}: the views are {', '.join(VIEWS)}")
+        unknown = [k for k in caps if k != "max_classes"]
+        if unknown:
+            raise ViewError(f"no option {unknown[0]}=: the e-graph takes around=, depth=, max_classes=")
+        if what != "egraph":
+            given = [k for k, v in {"around": around, "depth": depth, **caps}.items() if v is not None]
+            if given:
+                raise ViewError(f"{given[0]}= chooses a view of the e-graph: show('egraph', {given[0]}=...)")
+            return Picture(program_graph(self.program if what == "program" else self.original, what))
+        if self.egraph is None:
+            why = (
+                " (it was loaded from the cache: optimize with cache=False)"
+                if self.report.cache == "hit"
+                else ""
             )
-            return Picture(egraph_graph(self.egraph, start, depth, **caps))
-        program = {"program": self.program, "original": self.original}[what]
-        return Picture(program_graph(program, what))
+            raise ValueError(f"this result kept no e-graph{why}")
+        if isinstance(around, int) and not 0 <= around < len(self.outputs):
+            raise ViewError(f"around={around}: outputs are 0 to {len(self.outputs) - 1}, or name an e-class")
+        start = [self.outputs[around]] if isinstance(around, int) else None if around is None else [around]
+        return Picture(egraph_graph(self.egraph, start, depth, **caps))
 
     @cached_property
     def fn(self) -> Callable[..., Any]:

@@ -78,8 +78,10 @@ def random_array(t: TensorType, rng: np.random.Generator, kind: str = "normal") 
         if data.ndim:
             row = tuple(int(rng.integers(d)) for d in data.shape[:-1])
             data[row] = -np.inf
-    with jax.ensure_compile_time_eval():  # an array now, even where this is called inside a trace
-        return jax.numpy.asarray(data, dtype=t.dtype)
+    # an array now, even where this is called inside a trace; in the dtype JAX computes in (float64 is
+    # float32 without jax_enable_x64, as JAX would truncate it, but asked for so it does not warn)
+    with jax.ensure_compile_time_eval():
+        return jax.numpy.asarray(data, dtype=jax.dtypes.canonicalize_dtype(t.dtype))
 
 
 def compare(a: Any, b: Any, dtype: str, strict: bool = True) -> str | None:

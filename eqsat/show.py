@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
+from numbers import Integral
 from pathlib import Path
 
 import graphviz
@@ -47,10 +48,20 @@ def render_svg(graph: graphviz.Digraph) -> str:
     return render(graph, "svg").decode()
 
 
+VIEWS = ("program", "original", "egraph")  # what ``OptimizeResult.show`` draws
+
+
+class ViewError(EqsatError, ValueError):
+    """A view or an option of a picture that does not exist (a ``ValueError``, and an ``EqsatError``
+    so the CLI reports it as one)."""
+
+
 class Picture:
-    """A rendered graph: shows itself in notebooks, ``save(path)`` writes it in the format its suffix
-    names (``.svg``; ``.png``; ``.dot`` or ``.gv``, the graph's source; ``.pdf`` where Graphviz's
-    ``dot`` is installed)."""
+    """A rendered graph (``program_graph``, ``egraph_graph``; what ``OptimizeResult.show`` returns):
+    shown inline in notebooks (as SVG), written to a file by ``save``.
+
+    ``graph`` is the ``graphviz.Digraph`` (its ``source`` the dot text), ``svg`` its SVG text.
+    """
 
     def __init__(self, graph: graphviz.Digraph) -> None:
         self.graph = graph
@@ -59,7 +70,26 @@ class Picture:
     def _repr_svg_(self) -> str:
         return self.svg
 
+    def __repr__(self) -> str:  # no address: a notebook stores the same text on every run
+        title = self.graph.graph_attr.get("label", "")
+        return f"<Picture {title!r}>" if title else "<Picture>"
+
     def save(self, path: str | Path) -> Path:
+        """Write the picture in the format the suffix of ``path`` names, and return the path.
+
+        - ``.svg`` (or no suffix): the SVG text shown in notebooks;
+        - ``.png``, ``.jpg`` / ``.jpeg``: a bitmap, laid out again in that format;
+        - ``.dot`` / ``.gv``: the graph's Graphviz source, to lay out or edit with Graphviz's tools;
+        - ``.json``, ``.plain``, ``.xdot``: Graphviz's layout as data;
+        - ``.pdf``, ``.gif`` and the rest of what Graphviz writes, where its ``dot`` is installed
+          (``graphviz-pure``, used where it is not, writes none of these).
+
+        A format the layout program cannot write is an ``EqsatError`` naming it (and the formats it
+        can write); the file is not created then.
+
+        :param path: where to write; its suffix chooses the format (case does not matter).
+        :returns: ``path``, as a ``Path``.
+        """
         path = Path(path)
         fmt = path.suffix.lower().lstrip(".") or "svg"
         if fmt == "svg":
@@ -166,10 +196,17 @@ def egraph_view(
     depth: int | None = None,
     max_classes: int = MAX_CLASSES,
 ) -> tuple[list[str], int]:
-    """The e-classes a picture shows: those within ``depth`` reads of ``around`` (default: the classes
-    nothing reads, i.e. the outputs), breadth first, at most ``max_classes``; and how many there are
-    within the depth in all."""
+    """The e-classes a picture shows: those within ``depth`` reads of ``around`` (e-class ids, or one;
+    default: the classes nothing reads, i.e. the outputs), breadth first, at most ``max_classes``; and
+    how many there are within the depth in all. An e-class not in ``graph`` is an ``EqsatError``; a
+    negative ``depth`` or a ``max_classes`` under 1 a ``ViewError`` (a ``ValueError``)."""
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, Integral) or depth < 0):
+        raise ViewError(f"depth={depth!r}: a number of reads, 0 or more (None: no limit)")
+    if isinstance(max_classes, bool) or not isinstance(max_classes, Integral) or max_classes < 1:
+        raise ViewError(f"max_classes={max_classes!r}: the most e-classes drawn, 1 or more")
     classes = _tensor_classes(graph)
+    if isinstance(around, str):  # one e-class id, not its characters
+        around = [around]
     if around is None:
         read = {c for ns in classes.values() for n in ns for c in _reads(graph, n)}
         around = [c for c in classes if c not in read]

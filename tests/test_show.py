@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 import eqsat
-from eqsat.show import Picture, egraph_graph, egraph_view, program_graph
+from eqsat.show import VIEWS, Picture, ViewError, classes_with, egraph_graph, egraph_view, program_graph
 
 SVG = "{http://www.w3.org/2000/svg}"
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -145,6 +145,39 @@ def test_a_picture_is_saved_in_the_format_its_suffix_names(result, tmp_path):
         assert "pdf" in str(e) and "png" in str(e)
     else:
         assert pdf.startswith(b"%PDF")
+    assert picture.save(tmp_path / "p.JPG").read_bytes().startswith(b"\xff\xd8\xff")
+    assert picture.save(tmp_path / "p").read_text() == picture.svg  # no suffix: svg
+    with pytest.raises(eqsat.EqsatError, match="cannot write nonsense"):
+        picture.save(tmp_path / "p.nonsense")
+    assert not (tmp_path / "p.nonsense").exists()
+
+
+def test_a_picture_reads_the_same_on_every_run(result):
+    """Its text (what a notebook stores beside the SVG) is its title, not an address."""
+    assert repr(result.show("program")) == "<Picture 'program'>"
+    assert repr(Picture(program_graph(result.program))) == "<Picture>"
+
+
+def test_views_and_options_that_do_not_exist_are_clear_errors(result):
+    with pytest.raises(ValueError, match=r"no view 'nonsense'.*program, original, egraph"):
+        result.show("nonsense")
+    with pytest.raises(ValueError, match="no option maxclasses="):
+        result.show("egraph", maxclasses=5)
+    with pytest.raises(ValueError, match="depth= chooses a view of the e-graph"):
+        result.show("program", depth=2)
+    with pytest.raises(ValueError, match="around=7: outputs are 0 to 0"):
+        result.show("egraph", around=7)
+    assert VIEWS == ("program", "original", "egraph")
+    assert issubclass(ViewError, ValueError) and issubclass(ViewError, eqsat.EqsatError)  # the CLI's
+    with pytest.raises(ValueError, match="depth=-1"):
+        egraph_view(result.egraph, depth=-1)
+    with pytest.raises(ValueError, match="max_classes=0"):
+        egraph_graph(result.egraph, max_classes=0)
+    with pytest.raises(eqsat.EqsatError, match="no e-class 'nope'"):
+        egraph_view(result.egraph, "nope")
+    # one e-class id names that class, not its characters
+    (attention,) = classes_with(result.egraph, "Attention")[:1]
+    assert egraph_view(result.egraph, attention, depth=0)[0] == [attention]
 
 
 def test_egraph_nodes_name_their_attributes(result):

@@ -125,11 +125,17 @@ def _fill_fits(types: Sequence[TensorType], attrs: dict) -> str | None:
     return f"value {value} does not fit dtype {dtype}"
 
 
+def available(dtype: str) -> np.dtype:
+    """The dtype JAX computes ``dtype`` in: without ``jax_enable_x64``, float64 and int64 are float32
+    and int32, as JAX would truncate them; asked for this way, JAX does not warn that it truncates."""
+    return jax.dtypes.canonicalize_dtype(dtype)
+
+
 def _full(*, shape: tuple[int, ...], value: float, dtype: str) -> Array | np.ndarray:
     """A scalar full stays a numpy constant, so consumers can see its value (e.g. a zero mask)."""
     if int(np.prod(shape)) <= 1:
         return np.full(shape, value, dtype=jnp.dtype(dtype))
-    return jnp.full(shape, value, dtype=dtype)
+    return jnp.full(shape, value, dtype=available(dtype))
 
 
 def _iota_dimension(types: Sequence[TensorType], attrs: dict) -> str | None:
@@ -139,7 +145,7 @@ def _iota_dimension(types: Sequence[TensorType], attrs: dict) -> str | None:
 
 
 def _iota(*, shape: tuple[int, ...], dimension: int, dtype: str) -> Array:
-    return lax.broadcasted_iota(jnp.dtype(dtype), shape, dimension)
+    return lax.broadcasted_iota(available(dtype), shape, dimension)
 
 
 def _div(x: Array, y: Array) -> Array:
@@ -195,7 +201,7 @@ def _scale(x: Array, *, scale: float, bias: float) -> Array:
 
 
 def _cast(x: Array, *, dtype: str) -> Array:
-    return lax.convert_element_type(x, jnp.dtype(dtype))
+    return lax.convert_element_type(x, available(dtype))
 
 
 @dataclass(frozen=True)

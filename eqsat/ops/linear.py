@@ -15,7 +15,7 @@ from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast
 from eqsat.types import TensorType
 
 from .base import ACT, RESULT_DTYPE, Attr, OpDef, spelled
-from .elementwise import ACTIVATIONS
+from .elementwise import ACTIVATIONS, available
 
 Array = jax.Array
 
@@ -116,7 +116,7 @@ def matmul_of_transposed(
     kx = px[-2] if transpose_x else px[-1]
     ky = py[-1] if transpose_y else py[-2]
     dims = (((kx,), (ky,)), (px[:-2], py[:-2]))
-    return jax.lax.dot_general(x, y, dims, preferred_element_type=jnp.dtype(dtype))
+    return jax.lax.dot_general(x, y, dims, preferred_element_type=available(dtype))
 
 
 def _linear(x: Array, w: Array, b: Array, *, transpose_y: int, act: str, dtype: str) -> Array:

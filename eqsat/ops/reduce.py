@@ -16,6 +16,7 @@ from eqsat.shapes import EggRule, Shape, ShapeRule, broadcasts_to
 from eqsat.types import FLOAT_DTYPES, HALF_DTYPES, TensorType
 
 from .base import AXIS, RESULT_DTYPE, SHIFTED, Attr, Kernel, OpDef, floats, spelled
+from .elementwise import available
 
 Array = jax.Array
 
@@ -156,7 +157,7 @@ def _masked_softmax(
     keep = None if isinstance(mask, np.ndarray) and bool(mask.all()) else mask
     if keep is not None:
         x = jnp.where(keep, x, jnp.asarray(fill, x.dtype))
-    p = softmax(lax.convert_element_type(x, jnp.dtype(dtype)), axis=axis, shifted=shifted)
+    p = softmax(lax.convert_element_type(x, available(dtype)), axis=axis, shifted=shifted)
     return jnp.where(keep, p, jnp.asarray(0, p.dtype)) if zero_masked and keep is not None else p
 
 
