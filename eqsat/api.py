@@ -169,22 +169,45 @@ class OptimizeResult:
     cache_key: str | None = None  # the entry of the program cache that holds this result
 
     def show(
-        self, what: str = "program", *, around: int | str | None = None, depth: int | None = None, **caps: int
+        self,
+        what: str = "program",
+        *,
+        around: int | str | None = None,
+        depth: int | str | None = "auto",
+        interactive: bool = False,
+        **caps: int | None,
     ) -> Any:
         """A picture (SVG, shown inline in notebooks): ``program`` (optimized), ``original``, ``egraph``.
         For the e-graph, ``around`` (an output's index or an e-class id) and ``depth`` choose a view,
-        ``max_classes`` caps it (see ``eqsat.show.egraph_graph``). A view or an option that does not
-        exist, or an option of the e-graph's view given for a program, is an ``eqsat.show.ViewError``
-        (a ``ValueError``) naming what there is."""
-        from eqsat.show import VIEWS, Picture, ViewError, egraph_graph, program_graph
+        ``max_classes`` and ``max_nodes`` (e-nodes drawn per class) cap it (see
+        ``eqsat.show.egraph_graph``). Without ``around`` the picture is of the outputs to depth 3 with
+        3 e-nodes a class (readable at its size); ``depth=None, max_nodes=None`` draw all of it.
+        ``interactive=True`` returns egglog's interactive viewer over the view instead (pan, zoom,
+        filter; ``eqsat.show.explore``). A view or an option that does not exist, or an option of the
+        e-graph's view given for a program, is an ``eqsat.show.ViewError`` (a ``ValueError``) naming
+        what there is."""
+        from eqsat.show import (
+            DEFAULT_DEPTH,
+            MAX_NODES,
+            VIEWS,
+            Picture,
+            ViewError,
+            egraph_graph,
+            explore,
+            program_graph,
+        )
 
         if what not in VIEWS:
             raise ViewError(f"no view {what!r}: the views are {', '.join(VIEWS)}")
-        unknown = [k for k in caps if k != "max_classes"]
+        unknown = [k for k in caps if k not in ("max_classes", "max_nodes")]
         if unknown:
-            raise ViewError(f"no option {unknown[0]}=: the e-graph takes around=, depth=, max_classes=")
+            raise ViewError(
+                f"no option {unknown[0]}=: the e-graph takes around=, depth=, max_classes=, max_nodes=, "
+                "interactive="
+            )
         if what != "egraph":
-            given = [k for k, v in {"around": around, "depth": depth, **caps}.items() if v is not None]
+            chosen = {"around": around, "depth": None if depth == "auto" else depth, **caps}
+            given = [k for k, v in chosen.items() if v is not None] + (["interactive"] if interactive else [])
             if given:
                 raise ViewError(f"{given[0]}= chooses a view of the e-graph: show('egraph', {given[0]}=...)")
             return Picture(program_graph(self.program if what == "program" else self.original, what))
@@ -198,7 +221,14 @@ class OptimizeResult:
         if isinstance(around, int) and not 0 <= around < len(self.outputs):
             raise ViewError(f"around={around}: outputs are 0 to {len(self.outputs) - 1}, or name an e-class")
         start = [self.outputs[around]] if isinstance(around, int) else None if around is None else [around]
-        return Picture(egraph_graph(self.egraph, start, depth, **caps))
+        if depth == "auto":
+            depth = DEFAULT_DEPTH if around is None else None
+        if interactive:
+            if caps:
+                raise ViewError(f"{next(iter(caps))}= caps the static picture; the interactive view has all")
+            return explore(self.egraph, start, depth)  # type: ignore[arg-type]
+        caps.setdefault("max_nodes", MAX_NODES if around is None else None)
+        return Picture(egraph_graph(self.egraph, start, depth, **caps))  # type: ignore[arg-type]
 
     @cached_property
     def fn(self) -> Callable[..., Any]:

@@ -6,12 +6,14 @@ is not installed, by ``graphviz-pure`` (a self-contained port installed with eqs
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
 from numbers import Integral
 from pathlib import Path
+from typing import Any
 
 import graphviz
 
@@ -156,6 +158,8 @@ def program_graph(program: Program, title: str = "") -> graphviz.Digraph:
 
 
 MAX_CLASSES = 150  # more than this many e-classes in one picture is unreadable
+MAX_NODES = 3  # e-nodes drawn in one e-class by default: more side by side make the picture too wide
+DEFAULT_DEPTH = 3  # reads drawn from the outputs by ``OptimizeResult.show`` when around= is not given
 
 
 def _reads(graph: Serialized, node: Node) -> list[str]:
@@ -222,18 +226,35 @@ def egraph_view(
     return list(seen)[:max_classes], len(seen)
 
 
+def _drawn(nodes: list[Node], max_nodes: int | None) -> list[Node]:
+    """The e-nodes of a class a picture draws: one of each constructor first, then the rest, at most
+    ``max_nodes`` (None: all)."""
+    if max_nodes is None or len(nodes) <= max_nodes:
+        return nodes
+    firsts = list({n.op: n for n in reversed(nodes)}.values())[::-1]
+    return (firsts + [n for n in nodes if n not in firsts])[:max_nodes]
+
+
 def egraph_graph(
     graph: Serialized,
     around: Iterable[str] | None = None,
     depth: int | None = None,
     max_classes: int = MAX_CLASSES,
+    max_nodes: int | None = None,
 ) -> graphviz.Digraph:
     """An e-graph drawn as egg and egglog draw them: each e-class a cluster holding its e-nodes (with
     their attributes), an edge from each e-node to each e-class it reads, ending at the cluster.
 
     ``around`` (e-class ids; default the outputs) and ``depth`` choose a view (see ``egraph_view``);
     past ``max_classes`` the picture stops and its title says how many classes it leaves out. Classes
-    not drawn that a drawn node reads appear as dotted ``…`` stubs."""
+    not drawn that a drawn node reads appear as dotted ``…`` stubs. ``max_nodes`` caps the e-nodes drawn
+    in one class (one of each constructor first); a dotted ``+N e-nodes`` box counts the rest."""
+    if max_nodes is not None and (
+        isinstance(max_nodes, bool) or not isinstance(max_nodes, Integral) or max_nodes < 1
+    ):
+        raise ViewError(
+            f"max_nodes={max_nodes!r}: the most e-nodes drawn in one e-class, 1 or more (None: all)"
+        )
     shown, total = egraph_view(graph, around, depth, max_classes)
     title = f"{len(shown)} e-classes"
     if total > len(shown):
@@ -241,31 +262,116 @@ def egraph_graph(
             f"showing {len(shown)} of {total} e-classes (max_classes={max_classes}); "
             "pass around= and depth= to see another part"
         )
+    whole = len(egraph_view(graph, around, None, 1 << 62)[0])
+    classes = _tensor_classes(graph)
+    if whole > total or any(len(_drawn(classes[c], max_nodes)) < len(classes[c]) for c in shown):
+        title += f" (depth={depth}, max_nodes={max_nodes}): depth=None, max_nodes=None draw all of it"
     g = graphviz.Digraph(
         graph_attr={"compound": "true", "fontsize": "10", "label": title, "labelloc": "t", "newrank": "true"},
         node_attr={"shape": "box", "fontsize": "9", "fontname": "Helvetica"},
         edge_attr={"arrowsize": "0.6"},
     )
-    classes = _tensor_classes(graph)
     index = {cid: i for i, cid in enumerate(shown)}
     ids: dict[str, str] = {}
     for cid in shown:
         with g.subgraph(name=f"cluster_{index[cid]}") as c:
             c.attr(style="rounded,dashed", label=f"{cid}: {graph.types.get(cid, '')}", fontsize="8")
-            for n in classes[cid]:
+            for n in _drawn(classes[cid], max_nodes):
                 ids[n.id] = nid = f"n{len(ids)}"
                 label = _node_label(graph, n)
                 c.node(nid, label, width=_fit(label, 9))
+            left = len(classes[cid]) - len(_drawn(classes[cid], max_nodes))
+            if left:
+                c.node(
+                    f"rest{index[cid]}",
+                    f"+{left} e-nodes",
+                    style="dotted",
+                    tooltip=f"{left} more e-nodes of {cid}: max_nodes=None draws them",
+                )
     stubs: dict[str, str] = {}
     for cid in shown:
-        for n in classes[cid]:
+        for n in _drawn(classes[cid], max_nodes):
             for child in dict.fromkeys(_reads(graph, n)):
                 if child in index:
                     into = {"lhead": f"cluster_{index[child]}"} if child != cid else {}
-                    g.edge(ids[n.id], ids[classes[child][0].id], **into)
+                    g.edge(ids[n.id], ids[_drawn(classes[child], max_nodes)[0].id], **into)
                 else:
                     if child not in stubs:
                         stubs[child] = f"more{len(stubs)}"
                         g.node(stubs[child], "…", style="dotted", tooltip=f"e-class {child}, not drawn")
                     g.edge(ids[n.id], stubs[child], style="dotted")
     return g
+
+
+def _origins(graph: Serialized, shown: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """What can be known of where the e-classes and e-nodes of ``shown`` came from. egglog records no
+    rule per e-node; what it keeps is the ``let`` names eqsat bound when it loaded the program (and the
+    proposals of rules with one): a class with none was made by rewriting, so were all its e-nodes; a
+    let-bound class with one e-node holds the loaded one; in one with more, which was loaded is not
+    known."""
+    lets: dict[str, list[str]] = {}
+    for name, cid in graph.roots.items():
+        lets.setdefault(cid, []).append(name)
+    classes = _tensor_classes(graph)
+    of_class, of_node = {}, {}
+    for cid in shown:
+        nodes = classes[cid]
+        if cid not in lets:
+            of_class[cid] = "made by rewriting"
+            of_node.update({n.id: "added by rewriting" for n in nodes})
+        elif len(nodes) == 1:
+            of_class[cid] = "loaded"
+            of_node[nodes[0].id] = "loaded"
+        else:
+            of_class[cid] = f"loaded; one of its {len(nodes)} e-nodes was loaded, the rest added by rewriting"
+    return of_class, of_node
+
+
+def egraph_json(graph: Serialized, around: Iterable[str] | None = None, depth: int | None = None) -> str:
+    """The view ``egraph_view`` chooses (tensor classes only, no analysis tables) in egglog's serialized
+    e-graph format, for egglog's visualizer: each e-node labelled with its attributes (not drawn as
+    primitive children), ``+`` before an e-node added by rewriting; each class's type, ``let`` names
+    and origin (see ``_origins``) shown on it."""
+    shown, _ = egraph_view(graph, around, depth, 1 << 62)
+    drawn = set(shown)
+    classes = _tensor_classes(graph)
+    of_class, of_node = _origins(graph, shown)
+    lets: dict[str, list[str]] = {}
+    for name, cid in graph.roots.items():
+        lets.setdefault(cid, []).append(name)
+    nodes: dict[str, dict] = {}
+    class_data: dict[str, dict] = {}
+    stubs: dict[str, str] = {}
+    for cid in shown:
+        data = {"type": str(graph.types.get(cid, "Tensor")), "origin": of_class[cid]}
+        if cid in lets:
+            data["let"] = ", ".join(lets[cid])
+        class_data[cid] = data
+        for n in classes[cid]:
+            children = []
+            for child in _reads(graph, n):
+                if child not in drawn:
+                    stub = stubs.setdefault(child, f"more-{child}")
+                    nodes.setdefault(stub, {"op": "…", "children": [], "eclass": f"{child} (not shown)"})
+                    children.append(stub)
+                else:
+                    children.append(classes[child][0].id)
+            label = _node_label(graph, n).replace("\\n", " ")
+            prefix = "+ " if of_node.get(n.id) == "added by rewriting" else ""
+            nodes[n.id] = {"op": prefix + label, "children": children, "eclass": cid, "cost": 1.0}
+    return json.dumps({"nodes": nodes, "class_data": class_data})
+
+
+def explore(graph: Serialized, around: Iterable[str] | None = None, depth: int | None = None) -> Any:
+    """egglog's interactive e-graph viewer (``egglog.visualizer_widget.VisualizerWidget``, an
+    anywidget) over ``egraph_json``'s view: pan, zoom, select an e-class or e-node and *Filter* to what
+    it reads. Shown where it is the value of a notebook cell; ``display_or_open()`` opens it in a
+    browser outside one. Without anywidget or IPython an ``EqsatError`` says what to install."""
+    payload = egraph_json(graph, around, depth)
+    try:
+        from egglog.visualizer_widget import VisualizerWidget
+    except ImportError as e:
+        raise EqsatError(
+            f"the interactive e-graph view needs anywidget and IPython ({e}): pip install anywidget ipython"
+        ) from e
+    return VisualizerWidget(egraphs=[payload])

@@ -5,8 +5,10 @@ the cap with its message, and program boxes as wide as their labels."""
 from __future__ import annotations
 
 import html
+import json
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -79,7 +81,7 @@ def _distance_to_border(p: tuple[float, float], box: tuple[float, float, float, 
 
 
 def test_eclasses_are_clusters_of_their_nodes_and_edges_end_at_the_class(result):
-    picture = result.show("egraph")
+    picture = result.show("egraph", depth=None, max_nodes=None)
     clusters, nodes, edges = _parts(picture.svg)
     members = _membership(picture.graph.source)
     assert len(clusters) == len(egraph_view(result.egraph)[0]) == len(result.egraph.classes) - _lists(result)
@@ -114,7 +116,7 @@ def test_a_view_around_an_output_is_depth_limited_and_stubs_what_it_leaves_out(r
 
 
 def test_large_egraphs_are_capped_with_a_message(result):
-    picture = result.show("egraph", max_classes=5)
+    picture = result.show("egraph", depth=None, max_classes=5)
     clusters, _, _ = _parts(picture.svg)
     assert len(clusters) == 5
     total = len(egraph_view(result.egraph)[0])
@@ -191,3 +193,58 @@ def test_the_egraph_of_a_program_no_rule_changed_can_be_drawn():
     unchanged = eqsat.optimize(eqsat.from_jax(jnp.tanh, jnp.ones(3)), cache=False)
     assert not unchanged.report.rules_fired
     assert 'class="cluster"' in unchanged.show("egraph").svg
+
+
+@pytest.fixture(scope="module")
+def attention_59() -> eqsat.OptimizeResult:
+    from eqsat.examples import __file__ as examples
+
+    path = Path(examples).parent / "multihead_attention_before.pir"
+    return eqsat.optimize(eqsat.load(path), cache=False)
+
+
+def test_the_default_egraph_picture_is_readable_at_its_size(attention_59):
+    """The whole e-graph of the 59-op attention example is over 5000 px wide; the default view (the
+    outputs to a depth, a few e-nodes a class) fits 2000 px and says how to see all of it."""
+    picture = attention_59.show("egraph")
+    root = ET.fromstring(picture.svg)
+    width, height = (float(root.get(k).removesuffix("pt")) * 4 / 3 for k in ("width", "height"))
+    assert width <= 2000 and height <= 2000, (width, height)
+    assert "depth=None, max_nodes=None draw all of it" in html.unescape(picture.svg)
+    assert "e-nodes" in picture.graph.source  # the +N box of a class drawn in part
+    whole = attention_59.show("egraph", depth=None, max_nodes=None)
+    assert len(_parts(whole.svg)[0]) == len(egraph_view(attention_59.egraph)[0])
+    with pytest.raises(ValueError, match="max_nodes=0"):
+        attention_59.show("egraph", max_nodes=0)
+
+
+def test_the_interactive_view_is_egglogs_viewer_over_the_view(attention_59):
+    pytest.importorskip("anywidget")
+    from egglog.visualizer_widget import VisualizerWidget
+
+    from eqsat.show import DEFAULT_DEPTH, egraph_json
+
+    widget = attention_59.show("egraph", interactive=True)
+    assert isinstance(widget, VisualizerWidget)
+    (payload,) = widget.egraphs
+    data = json.loads(payload)
+    shown, _ = egraph_view(attention_59.egraph, depth=DEFAULT_DEPTH)
+    assert set(data["class_data"]) == set(shown)
+    nodes = data["nodes"]
+    for nid, node in nodes.items():
+        assert all(child in nodes for child in node["children"]), nid
+        assert not node["op"].startswith(("shape", "dtype", "primitive"))
+    kept = {n.id for c in shown for n in attention_59.egraph.classes[c]}
+    assert kept <= set(nodes)
+    origins = {d["origin"] for d in data["class_data"].values()}
+    assert "made by rewriting" in origins and "loaded" in origins
+    added = [
+        n
+        for n in nodes.values()
+        if data["class_data"].get(n["eclass"], {}).get("origin") == "made by rewriting"
+    ]
+    assert added and all(n["op"].startswith("+ ") for n in added)
+    around = json.loads(egraph_json(attention_59.egraph, [attention_59.outputs[0]], depth=1))
+    assert set(around["class_data"]) == set(egraph_view(attention_59.egraph, attention_59.outputs[0], 1)[0])
+    with pytest.raises(ValueError, match="interactive= chooses a view of the e-graph"):
+        attention_59.show("program", interactive=True)
