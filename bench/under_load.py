@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> None:
             busy = _busy(opts.busy)
             try:
                 time.sleep(1.0)
-                load = os.getloadavg()[0]
                 loaded, cold = _run(source, reused), _run(source, cold_dir)
+                load = os.getloadavg()[0]  # the last minute's: while the loaded runs ran
             finally:
                 for p in busy:
                     p.kill()

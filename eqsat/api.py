@@ -602,7 +602,9 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
             extractor, after = job.extractor, model.program_cost(best)
         else:
             constants = graph.constant_classes(enc, program.param_values)
+            began = deadline.elapsed()
             timings["kernels"], timed, left = _time_kernels(graph, job, constants)
+            deadline.extend(deadline.elapsed() - began)  # measurement, not search: kernel_seconds bounds it
             # the ILP gets what is left of the time (at least a moment): optimize ends near the limit
             ilp_seconds = min(limits.ilp_timeout_s, max(deadline.left(), 0.05))
             best, extractor, after, ilp_timed_out = _extract(graph, enc, program, job, ilp_seconds, constants)
@@ -620,9 +622,6 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     result = _chosen(original, best, after, replace(job, extractor=extractor), sat, timings)
     report = replace(result.report, kernels_timed=timed, kernels_left=left, cut_short="; ".join(cut))
     return replace(result, report=report, egraph=graph, outputs=[graph.roots[r] for r in enc.roots])
-
-
-KERNEL_MARGIN_S = 0.5  # kept free of kernel timing before the time limit: extraction must still run
 
 
 def _with_groups_taken(
@@ -643,14 +642,14 @@ def _with_groups_taken(
 
 def _time_kernels(graph: Serialized, job: _Job, constants: frozenset[str]) -> tuple[float, int, int]:
     """Time the kernels of the e-graph's alternatives the cost model would otherwise estimate, each once
-    per device (recorded for every later run), within the safety net of ``limits.kernel_seconds`` and
-    what the time limit leaves: the seconds it took, how many it timed, how many it had no time for
-    (none where no timing is asked: a budget of 0, or ``eqsat.config.reproducible``)."""
+    per device (recorded for every later run), within the safety net of ``limits.kernel_seconds`` (the
+    time limit does not count this time): the seconds it took, how many it timed, how many it had no
+    time for (none where no timing is asked: a budget of 0, or ``eqsat.config.reproducible``)."""
     t = time.perf_counter()
     if job.limits.kernel_seconds <= 0 or config.reproducible or not job.model.timed_ops:
         return 0.0, 0, 0
-    seconds = min(job.limits.kernel_seconds, job.deadline.left() - KERNEL_MARGIN_S)
-    timed, left = job.model.time_kernels(alternatives(graph, job.model.timed_ops, constants), seconds)
+    chosen = alternatives(graph, job.model.timed_ops, constants)
+    timed, left = job.model.time_kernels(chosen, job.limits.kernel_seconds)
     return time.perf_counter() - t, timed, left
 
 

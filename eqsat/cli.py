@@ -413,7 +413,7 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
         "--kernel-seconds",
         type=float,
         help="safety net on the time spent timing this device's kernels not yet timed (default: "
-        "$EQSAT_KERNEL_SECONDS or 60; 0: none are timed)",
+        "$EQSAT_KERNEL_SECONDS or 600; 0: none are timed)",
     )
 
 

@@ -7,8 +7,9 @@
   whether ``optimize`` and ``eqsat.jit`` reuse optimized programs from earlier processes;
 - ``cache_max_bytes`` (``$EQSAT_CACHE_MAX_BYTES``, default 256 MiB): the size the program cache is kept
   under, the least recently used entries removed first;
-- ``kernel_seconds`` (``$EQSAT_KERNEL_SECONDS``, default 60): the safety net on how long one optimization
-  may spend, before extraction, timing the kernels this device has not timed yet
+- ``kernel_seconds`` (``$EQSAT_KERNEL_SECONDS``, default 600): the safety net on how long one
+  optimization may spend, before extraction, timing the kernels this device has not timed yet (apart
+  from ``Limits.timeout_s``, which bounds the search)
   (``eqsat.cost.kernels``; 0: none, the roofline estimates them); the default of
   ``Limits.kernel_seconds``. Every kernel a choice needs is timed once and recorded, so the next run
   makes the same choice; a run this limit stops is cut short, and not cached;
@@ -59,7 +60,7 @@ class Config:
 
 
 def _from_environment() -> Config:
-    config = Config(Path.home() / ".cache" / "eqsat", True, 256 * 2**20, 60.0, False, True)
+    config = Config(Path.home() / ".cache" / "eqsat", True, 256 * 2**20, 600.0, False, True)
     for name, variable in (
         ("cache_dir", "EQSAT_CACHE_DIR"),
         ("enable_cache", "EQSAT_ENABLE_CACHE"),

@@ -34,6 +34,11 @@ class Deadline:
     def left(self) -> float:
         return self.seconds - self.elapsed()
 
+    def extend(self, seconds: float) -> None:
+        """Move the deadline ``seconds`` later: time spent on what the limit does not bound
+        (measurements: ``Limits.kernel_seconds`` bounds kernel timing)."""
+        self.start += seconds
+
     def check(self, what: str) -> None:
         """Raise ``TimeLimit`` (naming ``what`` was cut short) if the time is up."""
         if self.left() < 0:

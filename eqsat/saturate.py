@@ -44,9 +44,9 @@ class Limits:
     rule in one iteration before egglog's back-off scheduler bans it for ``ban_length`` iterations)
     and ``ilp_max_nodes`` (branch-and-bound nodes of the exact extractor). Wall-clock limits are
     safety nets, sized never to fire on ordinary programs on a busy machine: ``timeout_s`` bounds the
-    whole optimization, ``ilp_timeout_s`` the ILP solver, ``kernel_seconds`` the timing of kernels
-    this device has not timed yet (default ``eqsat.config.kernel_seconds``; 0: none are timed, the
-    roofline estimates them). A result one of them cut short says so and is not cached."""
+    whole optimization but kernel timing, ``ilp_timeout_s`` the ILP solver, ``kernel_seconds`` the
+    timing of kernels this device has not timed yet (default ``eqsat.config.kernel_seconds``; 0: none
+    are timed, the roofline estimates them). A result one of them cut short says so and is not cached."""
 
     max_iterations: int = 30
     max_nodes: int = 20_000

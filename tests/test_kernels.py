@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import eqsat
+import eqsat.deadline
 from eqsat import Builder, Limits, Roofline, config
 from eqsat.cost import kernels
 from eqsat.cost.kernels import Call, KernelTimes, alternatives_first
@@ -212,3 +213,21 @@ def test_calibrate_common_times_each_layer_in_both_layouts_with_and_without_its_
     for layout in ("NCHW", "NHWC"):
         assert {("conv2d", layout, None), ("conv2d_bias_act", layout, "none")} <= timed, timed
         assert ("conv2d_bias_act", layout, "relu") in timed, timed
+
+
+def test_timing_kernels_does_not_count_against_the_searchs_time_limit(tmp_path, monkeypatch):
+    """Measurement is not search: a timing longer than the whole time limit leaves extraction its time
+    (on a clock that moves only while kernels are timed)."""
+    now = [0.0]
+    monkeypatch.setattr(eqsat.deadline, "clock", lambda: now[0])
+
+    def slow_timing(self, calls, seconds):
+        now[0] += 1000.0
+        for call in calls:
+            self.table[call.key] = 1e-3
+        return len(calls)
+
+    monkeypatch.setattr(KernelTimes, "time", slow_timing)
+    model = Roofline("cpu", timings=KernelTimes(tmp_path / "kernels.json"))
+    result = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=60))
+    assert result.report.kernels_timed and not result.report.cut_short, result.report
