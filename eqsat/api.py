@@ -168,6 +168,16 @@ class OptimizeResult:
     options: Options | None = field(default=None, repr=False)  # optimize's, for specializations
     cache_key: str | None = None  # the entry of the program cache that holds this result
 
+    def __repr__(self) -> str:
+        """A summary (``str(result.program)`` and ``str(result.report)`` hold the whole)."""
+        before, after = len(self.original.live_ops()), len(self.program.live_ops())
+        report = self.report
+        changed = "the input returned" if self.program is self.original else f"{before} -> {after} ops"
+        return (
+            f"OptimizeResult({changed}, cost ({report.cost_model}) {report.cost_before:.6g} -> "
+            f"{report.cost_after:.6g}, stopped: {report.stop_reason}, cache: {report.cache or 'off'})"
+        )
+
     def show(
         self,
         what: str = "program",

@@ -241,3 +241,12 @@ def test_options_print_as_a_summary_and_describe_every_rule():
     lines = options.describe().splitlines()
     assert lines[0] == repr(options) and len(lines) == 1 + len(options.rules)
     assert all(f"  {r.name}: {r.reason}" in lines for r in options.rules)
+
+
+def test_a_result_prints_as_a_summary():
+    b = eqsat.Builder()
+    x = b.input("x", (4, 8))
+    result = eqsat.optimize(b.build(b.transpose(b.transpose(x, perm=(1, 0)), perm=(1, 0))), cache=False)
+    text = repr(result)
+    assert len(text) < 300 and text.startswith("OptimizeResult(2 -> 0 ops, cost (")
+    assert "stopped: saturated" in text and "cache: off" in text
