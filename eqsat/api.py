@@ -612,9 +612,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
             extractor, after = job.extractor, model.program_cost(best)
         else:
             constants = graph.constant_classes(enc, program.param_values)
-            began = deadline.elapsed()
             timings["kernels"], timed, left = _time_kernels(graph, job, constants)
-            deadline.extend(deadline.elapsed() - began)  # measurement, not search: kernel_seconds bounds it
             # the ILP gets what is left of the time (at least a moment): optimize ends near the limit
             ilp_seconds = min(limits.ilp_timeout_s, max(deadline.left(), 0.05))
             best, extractor, after, ilp_timed_out = _extract(graph, enc, program, job, ilp_seconds, constants)
@@ -658,8 +656,10 @@ def _time_kernels(graph: Serialized, job: _Job, constants: frozenset[str]) -> tu
     t = time.perf_counter()
     if job.limits.kernel_seconds <= 0 or config.reproducible or not job.model.timed_ops:
         return 0.0, 0, 0
+    began = job.deadline.elapsed()
     chosen = alternatives(graph, job.model.timed_ops, constants)
     timed, left = job.model.time_kernels(chosen, job.limits.kernel_seconds)
+    job.deadline.extend(job.deadline.elapsed() - began)  # measurement, not search: not the limit's
     return time.perf_counter() - t, timed, left
 
 
