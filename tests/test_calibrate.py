@@ -26,13 +26,20 @@ def cache_dir(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """One quick calibration, saved into a directory of its own: (the profile, that directory)."""
+    """One quick calibration, saved into a directory of its own: (the profile, that directory). Where
+    this machine's load makes a figure impossible twice, calibration refuses (as tested with planted
+    figures below) and the tests of a real profile have none to test."""
     directory = tmp_path_factory.mktemp("calibrated")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(eqsat.config, "cache_dir", directory)
-        yield eqsat.calibrate(quick=True), directory
+        try:
+            device = eqsat.calibrate(quick=True)
+        except CalibrationError as e:
+            pytest.skip(f"calibration refused on this machine now: {e}")
+        yield device, directory
 
 
+@pytest.mark.slow  # a real calibration
 def test_calibrate_measures_every_parameter(measured):
     measured, _ = measured
     numbers = [v for k, v in measured.to_json().items() if isinstance(v, float)]
@@ -56,6 +63,7 @@ def test_calibrate_measures_every_parameter(measured):
     }
 
 
+@pytest.mark.slow  # a real calibration
 def test_a_quick_calibration_is_plausible(measured):
     """Every figure within what its own measured peaks allow (``Device.implausible``): none of the
     clamped or impossible figures of #52 (an attention rate 15x the dot peak, a write at 1e12 B/s,
@@ -68,6 +76,7 @@ def test_a_quick_calibration_is_plausible(measured):
         assert peaks[f"write:dot:{d}"] <= device.cache_bandwidth
 
 
+@pytest.mark.slow  # a real calibration
 def test_the_profile_is_saved_where_roofline_finds_it(cache_dir, measured, monkeypatch):
     assert Roofline().device.name == "cpu"  # nothing calibrated in this directory: the built-in profile
     with pytest.raises(KeyError, match=r"run eqsat\.calibrate"):
@@ -146,6 +155,7 @@ def test_dot_and_conv_kernels_carry_their_kind():
     assert [*got, device.peak("dot:float32")] == [3.0, 7.0, 0.5, device.peak_flops]
 
 
+@pytest.mark.slow  # a real calibration
 def test_cli_calibrate_prints_the_profile(cache_dir, capsys):
     """It prints the profile; or, where this machine's load made a figure impossible twice, it says so
     and exits 2 (what a refused calibration does: see below). Nothing is saved either way."""

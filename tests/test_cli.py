@@ -170,6 +170,7 @@ def test_the_kernel_timing_budget_is_an_option_of_optimize(monkeypatch):
     assert _limits(parse(["optimize", "x.pir", "--kernel-seconds", "60"])).kernel_seconds == 60.0
 
 
+@pytest.mark.slow  # compiles and times real kernels
 def test_calibrate_times_the_kernels_of_given_programs_once(tmp_path, monkeypatch, capsys):
     """``eqsat calibrate --kernels FILE``: the conv's formulations timed and kept; a second run times
     none (read from the table)."""

@@ -4,8 +4,8 @@ device kind, so that each op signature is timed once per device, by any process.
 A roofline believes XLA runs every kernel near the device's peak; it does not (XLA:CPU's dense conv
 runs 6-30x slower than a product per tap at 1x1 and 2x2 maps, its depthwise conv 50-100x slower than
 the same work as multiply-adds). A cost model reads a timing where this table has one, and times the
-alternatives that could change its choice before extraction, within a budget
-(``Limits.kernel_seconds``).
+alternatives that could change its choice before extraction, each once per device (the table makes
+the next run's choice the same), ``Limits.kernel_seconds`` a safety net.
 """
 
 from __future__ import annotations
