@@ -187,6 +187,7 @@ def test_a_cost_function_is_not_cached_and_cache_false_is_off(cache_dir):
     assert not cache_dir.exists() or not list(cache_dir.glob("*.json"))
 
 
+@pytest.mark.slow  # two fresh processes
 def test_a_loaded_paddle_program_hits_in_a_second_process(tmp_path):
     """The second process skips optimization (its report says so; it never imports egglog) and
     computes what the first did."""
@@ -211,6 +212,7 @@ def test_a_loaded_paddle_program_hits_in_a_second_process(tmp_path):
     assert loaded == "False"  # a hit needs no e-graph: egglog is never imported
 
 
+@pytest.mark.slow  # two fresh processes
 def test_eqsat_jit_hits_in_a_second_process(tmp_path):
     """The second process's decoration finds the hint the first left and installs no rules (egglog is
     never imported); its first call hits."""
