@@ -29,10 +29,9 @@ from typing import Any
 import jax
 
 from eqsat.api import OptimizeResult
-from eqsat.config import config
 from eqsat.ir import Program
 from eqsat.lowering import lower
-from eqsat.speed import Verdict, Verdicts, arguments, sampled, training_steps
+from eqsat.speed import Verdict, arguments, judged, sampled, training_steps
 from eqsat.types import FLOAT_DTYPES
 
 GRADIENT_MODES = ("measure", "optimized", "input")
@@ -112,28 +111,23 @@ def _faster(result: OptimizeResult, optimized: Flat, written: Flat) -> Flat:
     ):
         return optimized  # no float input or output: nothing a training step would differentiate
     t = time.perf_counter()
-    verdicts = Verdicts()
-    key = verdicts.key("gradient", str(original), str(result.program))
-    recorded = verdicts.get(key)
-    if recorded is not None:
-        why, kept = _said(recorded), recorded.replaced
-    elif config.reproducible:
-        why = "no training step timing recorded (reproducible): the optimized program is differentiated"
-        kept = True
+    try:  # a step that cannot be built or run here leaves JAX's derivative, as without eqsat's rule
+        outcome = judged(
+            "gradient",
+            [str(original), str(result.program)],
+            lambda: _timed(*training_steps([written, optimized], values)),
+        )
+    except Exception as e:
+        why = f"no training step could be timed ({type(e).__name__}: {e})"
+        why, kept = f"{why}: the optimized program is differentiated", True
     else:
-        # a step that cannot be built or run here leaves JAX's derivative, as without eqsat's rule
-        try:
-            steps, args = training_steps([written, optimized], values)
-            verdict = _timed(steps, args)
-        except Exception as e:
-            why = f"no training step could be timed ({type(e).__name__}: {e})"
-            why, kept = f"{why}: the optimized program is differentiated", True
+        if outcome is None:
+            why = "no training step timing recorded (reproducible): the optimized program is differentiated"
+            kept = True
+        elif isinstance(outcome, Verdict):
+            why, kept = _said(outcome), outcome.replaced
         else:
-            if isinstance(verdict, Verdict):
-                verdicts.put(key, verdict)
-                why, kept = _said(verdict), verdict.replaced
-            else:
-                why, kept = verdict, True
+            why, kept = outcome, True
     report = result.report
     report.timings["measure_gradient"] = time.perf_counter() - t
     report.note = "; ".join(filter(None, [report.note, why]))

@@ -97,17 +97,19 @@ class Verdicts:
         return data if isinstance(data, dict) else {}
 
 
-def judged(kind: str, texts: Sequence[str], measure: Callable[[], Verdict]) -> Verdict | None:
-    """The recorded verdict of comparing ``texts`` (``kind``: what is compared), else ``measure()``'s,
-    recorded; None where nothing is recorded and ``eqsat.config.reproducible`` forbids timing."""
+def judged[R](kind: str, texts: Sequence[str], measure: Callable[[], R]) -> Verdict | R | None:
+    """The recorded verdict of comparing ``texts`` (``kind``: what is compared), else what
+    ``measure()`` gives, recorded where it is a ``Verdict`` (anything else: why nothing was timed);
+    None where nothing is recorded and ``eqsat.config.reproducible`` forbids timing."""
     verdicts = Verdicts()
     key = verdicts.key(kind, *texts)
     known = verdicts.get(key)
     if known is not None or config.reproducible:
         return known
-    verdict = measure()
-    verdicts.put(key, verdict)
-    return verdict
+    outcome = measure()
+    if isinstance(outcome, Verdict):
+        verdicts.put(key, outcome)
+    return outcome
 
 
 def sampled(
