@@ -170,19 +170,22 @@ class Jitted:
         """Self, once no optimization runs in the background and jax.jit's traces of the function as
         written are gone."""
         self.wait()
+        self._swap_in()
+        return self
+
+    def _swap_in(self) -> None:
+        """Where an optimization finished in the background, forget jax.jit's traces of the function as
+        written: the next call traces again and runs the optimized program."""
         if self._finished:
             self._finished = False
             self._jitted.clear_cache()  # type: ignore[attr-defined]  # (JAX has it; its stub does not)
-        return self
 
     @property
     def optimizations(self) -> int:
         return len(self.results)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._finished:  # an optimization finished in the background: trace again to run it
-            self._finished = False
-            self._jitted.clear_cache()  # type: ignore[attr-defined]  # (JAX has it; its stub does not)
+        self._swap_in()
         outer, _CALLER.args = _CALLER.args, (args, kwargs)
         try:  # as cheap a call as jax.jit's: arguments are checked only when jax.jit refuses them
             return self._jitted(*args, **kwargs)
