@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import jax
@@ -65,7 +66,9 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         """What a cache entry keeps of this report (the timings are the process's own)."""
-        return {"saturation": asdict(self.saturation), **{k: getattr(self, k) for k in _STORED}}
+        saturation = asdict(self.saturation)
+        del saturation["commands"]  # how this process's e-graph was made: the entry keeps no e-graph
+        return {"saturation": saturation, **{k: getattr(self, k) for k in _STORED}}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], timings: dict[str, float]) -> Report:
@@ -167,6 +170,8 @@ class OptimizeResult:
     outputs: list[str] = field(default_factory=list)  # the e-classes of the e-graph's outputs
     options: Options | None = field(default=None, repr=False)  # optimize's, for specializations
     cache_key: str | None = None  # the entry of the program cache that holds this result
+    # loads the program into a fresh e-graph, the rules installed, as saturation began (for ``made_by``)
+    reload: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
 
     def __repr__(self) -> str:
         """A summary (``str(result.program)`` and ``str(result.report)`` hold the whole)."""
@@ -236,9 +241,28 @@ class OptimizeResult:
         if interactive:
             if caps:
                 raise ViewError(f"{next(iter(caps))}= caps the static picture; the interactive view has all")
-            return explore(self.egraph, start, depth)  # type: ignore[arg-type]
+            return explore(self.egraph, start, depth, self.made_by())  # type: ignore[arg-type]
         caps.setdefault("max_nodes", MAX_NODES if around is None else None)
         return Picture(egraph_graph(self.egraph, start, depth, **caps))  # type: ignore[arg-type]
+
+    def made_by(self) -> dict[str, str]:
+        """Where each e-node of ``egraph`` (by id) came from: ``loaded``, or the iteration that added it
+        and the rule that did (``iteration 2: attention-fuse``; ``one of ...`` where several rules that
+        fired in it write its op). egglog records no rule per e-node: the e-graph is rebuilt as it was
+        after each iteration and compared, which costs about what saturation did. Empty where the
+        result kept no e-graph."""
+        from eqsat.saturate import states
+        from eqsat.show import made_by
+
+        if self.egraph is None or self.reload is None or self.options is None:
+            return {}
+        sat = self.report.saturation
+        snapshots = (
+            Serialized(e.serialize([]).to_json())
+            for e in itertools.islice(states(self.reload, sat.commands), 1, None)
+        )
+        fired = [it.by_rule() for it in sat.iterations]
+        return made_by(self.egraph, snapshots, fired, {r.name: r.constructs() for r in self.options.rules})
 
     @cached_property
     def fn(self) -> Callable[..., Any]:
@@ -573,11 +597,12 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
 
     loads: list[float] = []  # seconds loading the program into egglog (again when replaying)
 
-    def start() -> Any:
+    def start(check: bool = True) -> Any:
         t0 = time.perf_counter()
         egraph = fresh_egraph(job.rules)
         for chunk in enc.chunks():
-            deadline.check("while the program loaded")
+            if check:
+                deadline.check("while the program loaded")
             egraph.parse_and_run_program(chunk)
         loads.append(time.perf_counter() - t0)
         return egraph
@@ -629,7 +654,13 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
         cut.append(f"the ILP solver's time limit ({ilp_seconds:g} s) ended its search")
     result = _chosen(original, best, after, replace(job, extractor=extractor), sat, timings)
     report = replace(result.report, kernels_timed=timed, kernels_left=left, cut_short="; ".join(cut))
-    return replace(result, report=report, egraph=graph, outputs=[graph.roots[r] for r in enc.roots])
+    return replace(
+        result,
+        report=report,
+        egraph=graph,
+        outputs=[graph.roots[r] for r in enc.roots],
+        reload=partial(start, check=False),
+    )
 
 
 def _with_groups_taken(

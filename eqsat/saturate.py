@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -122,6 +122,9 @@ class SaturationReport:
     stop_reason: StopReason | None = None  # None while it runs
     seconds: float = 0.0
     proposed: dict[str, int] = field(default_factory=dict)
+    # egglog commands that made the e-graph from ``start()``: the scheduler's setup, then each iteration
+    # kept (``states`` rebuilds it as it was after each)
+    commands: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def saturated(self) -> bool:
@@ -285,20 +288,28 @@ NODE_SLACK = 1.1  # the e-graph may end this far above max_nodes, never further
 _ITERATION = f"(run-schedule (run-with {{scheduler}} {REWRITES}) (saturate {ANALYSIS}))"
 
 
+def states(start: Callable[[], bindings.EGraph], commands: Sequence[str]) -> Iterator[bindings.EGraph]:
+    """The e-graph ``start()`` makes, then as it is after each of ``commands`` (one e-graph, changed
+    in place: read it before the next). egglog is deterministic, so this is the e-graph as it was."""
+    egraph = start()
+    yield egraph
+    for command in commands:
+        egraph.parse_and_run_program(command)
+        yield egraph
+
+
 class _Replayable:
     """An e-graph and the commands that made it from a fresh start, so it can be rebuilt as it was
-    after any iteration (egglog is deterministic; its push/pop copies the whole e-graph each time)."""
+    after any iteration (egglog's push/pop copies the whole e-graph each time)."""
 
     def __init__(self, start: Callable[[], bindings.EGraph], limits: Limits) -> None:
         backoff = f"(back-off :match-limit {limits.match_limit} :ban-length {limits.ban_length})"
         self.start = start
-        self.setup = f"(let-scheduler backoff {backoff})\n(run-schedule (saturate {ANALYSIS}))"
-        self.history: list[str] = []
-        self.egraph = self._fresh()
+        self.commands = [f"(let-scheduler backoff {backoff})\n(run-schedule (saturate {ANALYSIS}))"]
+        self.egraph = self._rebuilt()
 
-    def _fresh(self) -> bindings.EGraph:
-        egraph = self.start()
-        egraph.parse_and_run_program(self.setup)
+    def _rebuilt(self) -> bindings.EGraph:
+        *_, egraph = states(self.start, self.commands)
         return egraph
 
     def step(self, commands: str) -> Any:
@@ -306,17 +317,15 @@ class _Replayable:
         from egglog import bindings
 
         out = self.egraph.parse_and_run_program(commands)[-1]
-        self.history.append(commands)
+        self.commands.append(commands)
         if not isinstance(out, bindings.RunScheduleOutput):
             raise TypeError(f"an iteration ended in {type(out).__name__}, not a run report")
         return out.report
 
     def rewind(self, iterations: int) -> None:
         """Rebuild the e-graph as it was after the first ``iterations`` iterations."""
-        self.history = self.history[:iterations]
-        self.egraph = self._fresh()
-        for commands in self.history:
-            self.egraph.parse_and_run_program(commands)
+        del self.commands[1 + iterations :]
+        self.egraph = self._rebuilt()
 
 
 def saturate(
@@ -376,6 +385,7 @@ def saturate(
     else:
         report.stop_reason = StopReason(Stop.ITERATION_LIMIT, str(limits.max_iterations))
     report.seconds = now - t_start
+    report.commands = tuple(run.commands)
     return run.egraph, report
 
 

@@ -10,7 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence, Set
 from numbers import Integral
 from pathlib import Path
 from typing import Any
@@ -327,15 +327,91 @@ def _origins(graph: Serialized, shown: Iterable[str]) -> tuple[dict[str, str], d
     return of_class, of_node
 
 
-def egraph_json(graph: Serialized, around: Iterable[str] | None = None, depth: int | None = None) -> str:
+def _node_key(graph: Serialized, node: Node, final_class: dict[str, str]) -> tuple[Any, ...] | None:
+    """An e-node by what it is, whatever its e-graph: its op, its attributes' values and the classes
+    of the final e-graph its operands are in (None while an operand's is not known)."""
+    parts: list[Any] = [node.op]
+    for c in node.children:
+        if c in graph.values:
+            parts.append(("=", graph.value(c)))
+        elif c in final_class:
+            parts.append(final_class[c])
+        else:
+            return None
+    return tuple(parts)
+
+
+def _present(state: Serialized, final_index: dict[tuple[Any, ...], str]) -> set[tuple[Any, ...]]:
+    """The keys of ``state``'s e-nodes that the final e-graph holds (``final_index``: key -> class).
+    e-nodes are never removed, only their classes merged: each class of ``state`` is in one final class,
+    found through any of its e-nodes once its operands' are known."""
+    final_class: dict[str, str] = {}
+    present: set[tuple[Any, ...]] = set()
+    pending = [n for nodes in state.classes.values() for n in nodes]
+    while pending:
+        waiting = []
+        for node in pending:
+            key = _node_key(state, node, final_class)
+            if key is None:
+                waiting.append(node)
+            elif key in final_index:
+                present.add(key)
+                final_class.setdefault(node.eclass, final_index[key])
+        if len(waiting) == len(pending):
+            break  # what is left reads classes the final e-graph dropped (untyped)
+        pending = waiting
+    return present
+
+
+def made_by(
+    final: Serialized,
+    states: Iterable[Serialized],
+    fired: Sequence[Iterable[str]],
+    writes: Mapping[str, Set[str]],
+) -> dict[str, str]:
+    """Where each e-node of ``final`` came from: ``loaded``, or ``iteration i: rule`` (or ``one of``
+    several). egglog records no rule per e-node, so this compares ``states``, the e-graph as it was
+    when loaded and after each iteration, and names the rules that fired in the iteration that added
+    the e-node (``fired[i]``) and can write its op (``writes[rule]``: constructor names)."""
+    identity = {cid: cid for cid in final.classes}
+    final_index: dict[tuple[Any, ...], str] = {}
+    node_of_key: dict[tuple[Any, ...], Node] = {}
+    for nodes in final.classes.values():
+        for n in nodes:
+            key = _node_key(final, n, identity)
+            assert key is not None
+            final_index[key], node_of_key[key] = n.eclass, n
+    origin: dict[str, str] = {}
+    for index, state in enumerate(states):
+        new = [node_of_key[k] for k in _present(state, final_index) if node_of_key[k].id not in origin]
+        if index == 0:
+            origin.update({n.id: "loaded" for n in new})
+            continue
+        rules = list(fired[index - 1])
+        for n in new:
+            by = [r for r in rules if n.op in writes.get(r, ())]
+            names = by[0] if len(by) == 1 else f"one of {', '.join(by)}" if by else "a rule"
+            origin[n.id] = f"iteration {index}: {names}"
+    return origin
+
+
+def egraph_json(
+    graph: Serialized,
+    around: Iterable[str] | None = None,
+    depth: int | None = None,
+    origin: Mapping[str, str] | None = None,
+) -> str:
     """The view ``egraph_view`` chooses (tensor classes only, no analysis tables) in egglog's serialized
     e-graph format, for egglog's visualizer: each e-node labelled with its attributes (not drawn as
-    primitive children), ``+`` before an e-node added by rewriting; each class's type, ``let`` names
-    and origin (see ``_origins``) shown on it."""
+    primitive children), ``+`` before an e-node added by rewriting, and where ``origin`` (``made_by``)
+    is given, the iteration and rule that added it; each class's type, ``let`` names and origin (see
+    ``_origins``) shown on it."""
     shown, _ = egraph_view(graph, around, depth, 1 << 62)
     drawn = set(shown)
     classes = _tensor_classes(graph)
     of_class, of_node = _origins(graph, shown)
+    if origin is not None:
+        of_node = {n: "added by rewriting" for n, made in origin.items() if made != "loaded"}
     lets: dict[str, list[str]] = {}
     for name, cid in graph.roots.items():
         lets.setdefault(cid, []).append(name)
@@ -357,17 +433,24 @@ def egraph_json(graph: Serialized, around: Iterable[str] | None = None, depth: i
                 else:
                     children.append(classes[child][0].id)
             label = _node_label(graph, n).replace("\\n", " ")
-            prefix = "+ " if of_node.get(n.id) == "added by rewriting" else ""
-            nodes[n.id] = {"op": prefix + label, "children": children, "eclass": cid, "cost": 1.0}
+            if of_node.get(n.id) == "added by rewriting":
+                label = f"+ {label}" + (f" ({origin[n.id]})" if origin else "")
+            nodes[n.id] = {"op": label, "children": children, "eclass": cid, "cost": 1.0}
     return json.dumps({"nodes": nodes, "class_data": class_data})
 
 
-def explore(graph: Serialized, around: Iterable[str] | None = None, depth: int | None = None) -> Any:
+def explore(
+    graph: Serialized,
+    around: Iterable[str] | None = None,
+    depth: int | None = None,
+    origin: Mapping[str, str] | None = None,
+) -> Any:
     """egglog's interactive e-graph viewer (``egglog.visualizer_widget.VisualizerWidget``, an
     anywidget) over ``egraph_json``'s view: pan, zoom, select an e-class or e-node and *Filter* to what
-    it reads. Shown where it is the value of a notebook cell; ``display_or_open()`` opens it in a
-    browser outside one. Without anywidget or IPython an ``EqsatError`` says what to install."""
-    payload = egraph_json(graph, around, depth)
+    it reads; with ``origin``, each e-node rewriting added names the iteration and rule. Shown where it
+    is the value of a notebook cell; ``display_or_open()`` opens it in a browser outside one. Without
+    anywidget or IPython an ``EqsatError`` says what to install."""
+    payload = egraph_json(graph, around, depth, origin)
     try:
         from egglog.visualizer_widget import VisualizerWidget
     except ImportError as e:

@@ -10,6 +10,7 @@ rank: one ``Rule``, several ``variants``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,9 @@ from eqsat.shapes import MAX_RANK
 from eqsat.stacking import Alternative
 
 from .terms import Operand, at_least, at_most, constructor, magnitude, rewrite_command, rule_command
+
+_HEAD = re.compile(r"\((\w+)")  # the head of each application in a term
+_CTORS = frozenset(op.ctor for op in OPS.values())
 
 # ``example(rng, **case)``: bindings for a rule's variables, by name or by ``Var``; a case (one of
 # ``Rule.cases``) picks what the random example may not reach, such as one combination of the dtypes a
@@ -39,6 +43,11 @@ class Variant:
     def roots(self) -> tuple[str, ...]:
         return (self.lhs,)
 
+    @property
+    def writes(self) -> tuple[str, ...]:
+        """The terms a match adds."""
+        return (self.rhs,)
+
     def egglog(self, ruleset: str, name: str) -> str:
         return rewrite_command(self.lhs, self.rhs, self.when, ruleset, name)
 
@@ -51,6 +60,11 @@ class MultiVariant:
     facts: tuple[str, ...]
     actions: tuple[str, ...]
     roots: tuple[str, ...]
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        """The terms a match adds."""
+        return self.actions
 
     def egglog(self, ruleset: str, name: str) -> str:
         return rule_command(self.facts, self.actions, ruleset, name)
@@ -108,6 +122,12 @@ class Rule:
     def bindings(self, rng: Any, **case: Any) -> dict[str, Any]:
         """Its example's bindings, by variable name."""
         return {str(name): value for name, value in self.example(rng, **case).items()}
+
+    def constructs(self) -> frozenset[str]:
+        """The op constructors (``Matmul``) of the e-nodes its matches can add."""
+        return frozenset(
+            name for v in self.variants for term in v.writes for name in _HEAD.findall(term) if name in _CTORS
+        )
 
     def egglog(self, ruleset: str) -> list[str]:
         many = len(self.variants) > 1

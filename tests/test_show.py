@@ -244,7 +244,46 @@ def test_the_interactive_view_is_egglogs_viewer_over_the_view(attention_59):
         if data["class_data"].get(n["eclass"], {}).get("origin") == "made by rewriting"
     ]
     assert added and all(n["op"].startswith("+ ") for n in added)
+    assert all(" (iteration " in n["op"] for n in added)  # the rule that added it (``made_by``)
     around = json.loads(egraph_json(attention_59.egraph, [attention_59.outputs[0]], depth=1))
     assert set(around["class_data"]) == set(egraph_view(attention_59.egraph, attention_59.outputs[0], 1)[0])
     with pytest.raises(ValueError, match="interactive= chooses a view of the e-graph"):
         attention_59.show("program", interactive=True)
+
+
+def test_made_by_names_the_iteration_and_rule_that_added_each_enode(attention_59):
+    """Every e-node has an origin; the loaded ones are the program's; the ones added in an iteration are
+    never more than the e-graph held after it, and each names a rule that fired then and writes its op."""
+    origin = attention_59.made_by()
+    graph = attention_59.egraph
+    nodes = {n.id: n for ns in graph.classes.values() for n in ns}
+    assert set(origin) == set(nodes)
+    loaded = [i for i, o in origin.items() if o == "loaded"]
+    assert len(loaded) == len({cid for cid in graph.roots.values()} & graph.classes.keys())
+    iterations = attention_59.report.saturation.iterations
+    rules = {r.name: r for r in attention_59.options.rules}
+    born = {}
+    for nid, made in origin.items():
+        if made == "loaded":
+            continue
+        when, by = made.split(": ", 1)
+        index = int(when.removeprefix("iteration "))
+        born[nid] = index
+        for name in by.removeprefix("one of ").split(", "):
+            assert name in iterations[index - 1].by_rule(), made
+            assert nodes[nid].op in rules[name].constructs(), made
+    for it in iterations:
+        assert sum(1 for i in born.values() if i <= it.index + 1) + len(loaded) <= it.nodes
+    fused = [origin[n.id] for n in nodes.values() if n.op == "Attention"]
+    assert fused and all("attention-fuse" in made for made in fused)
+
+
+def test_made_by_with_one_rule_names_it():
+    """With one rule, every e-node rewriting added is that rule's, in the iteration that added it."""
+    b = eqsat.Builder()
+    x = b.input("x", (2, 3, 4))
+    y = b.transpose(b.transpose(x, perm=(1, 0, 2)), perm=(0, 2, 1))
+    result = eqsat.optimize(b.build(y), rules=["transpose-compose"], cache=False)
+    origin = result.made_by()
+    assert set(origin.values()) == {"loaded", "iteration 1: transpose-compose"}
+    assert result.made_by() == origin
