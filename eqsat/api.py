@@ -38,7 +38,7 @@ from eqsat.saturate import (
     fresh_egraph,
     saturate,
 )
-from eqsat.speed import compared
+from eqsat.speed import Verdict, compared, too_large
 from eqsat.text import DYNAMIC
 
 _STORED = ("cost_model", "cost_before", "cost_after", "note", "extractor")  # a cached report's fields
@@ -486,9 +486,9 @@ def _faster_as_measured(result: OptimizeResult, model: CostModel, always: bool =
     t = time.perf_counter()
     verdict = compared(result.original, result.program)
     report.timings["measure"] = time.perf_counter() - t
-    if verdict is None:
-        note = "no timing recorded (reproducible): the cost model's choice is kept"
-        report.note = "; ".join(filter(None, [report.note, note]))
+    if not isinstance(verdict, Verdict):
+        why = verdict or "no timing recorded (reproducible)"
+        report.note = "; ".join(filter(None, [report.note, f"{why}: the cost model's choice is kept"]))
         return result
     predicted = f"predicted {report.cost_before / report.cost_after:.2f}x"
     kept = "the optimized program is kept" if verdict.replaced else "the input is returned"
@@ -626,6 +626,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
         )
     t = time.perf_counter()
     timed = left = 0
+    untimed = ""
     ilp_timed_out = False
     try:
         deadline.check("before extraction")
@@ -637,7 +638,7 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
             extractor, after = job.extractor, model.program_cost(best)
         else:
             constants = graph.constant_classes(enc, program.param_values)
-            timings["kernels"], timed, left = _time_kernels(graph, job, constants)
+            timings["kernels"], timed, left, untimed = _time_kernels(graph, job, constants, program)
             # the ILP gets what is left of the time (at least a moment): optimize ends near the limit
             ilp_seconds = min(limits.ilp_timeout_s, max(deadline.left(), 0.05))
             best, extractor, after, ilp_timed_out = _extract(graph, enc, program, job, ilp_seconds, constants)
@@ -653,7 +654,10 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
     if ilp_timed_out:
         cut.append(f"the ILP solver's time limit ({ilp_seconds:g} s) ended its search")
     result = _chosen(original, best, after, replace(job, extractor=extractor), sat, timings)
-    report = replace(result.report, kernels_timed=timed, kernels_left=left, cut_short="; ".join(cut))
+    note = "; ".join(filter(None, [untimed, result.report.note]))
+    report = replace(
+        result.report, kernels_timed=timed, kernels_left=left, cut_short="; ".join(cut), note=note
+    )
     return replace(
         result,
         report=report,
@@ -679,19 +683,32 @@ def _with_groups_taken(
     return best
 
 
-def _time_kernels(graph: Serialized, job: _Job, constants: frozenset[str]) -> tuple[float, int, int]:
+def _time_kernels(
+    graph: Serialized, job: _Job, constants: frozenset[str], program: Program
+) -> tuple[float, int, int, str]:
     """Time the kernels of the e-graph's alternatives the cost model would otherwise estimate, each once
     per device (recorded for every later run), within the safety net of ``limits.kernel_seconds`` (the
     time limit does not count this time): the seconds it took, how many it timed, how many it had no
-    time for (none where no timing is asked: a budget of 0, or ``eqsat.config.reproducible``)."""
+    time for (none where no timing is asked: a budget of 0, or ``eqsat.config.reproducible``), and a
+    note on those not timed for their memory: a kernel whose operands and result take far more than
+    ``program``'s arguments and results (``eqsat.speed.too_large``: the S x S scores of attention as
+    written, at a length where the program is optimized to never hold them) is estimated."""
     t = time.perf_counter()
     if job.limits.kernel_seconds <= 0 or config.reproducible or not job.model.timed_ops:
-        return 0.0, 0, 0
+        return 0.0, 0, 0, ""
     began = job.deadline.elapsed()
-    chosen = alternatives(graph, job.model.timed_ops, constants)
+    decided = sum(v.type.nbytes for v in (*program.inputs, *program.params, *program.outputs))
+    groups = alternatives(graph, job.model.timed_ops, constants)
+    large = {c.key: c for g in groups for c in g if too_large(c.nbytes, decided)}
+    chosen = [[c for c in g if c.key not in large] for g in groups]
     timed, left = job.model.time_kernels(chosen, job.limits.kernel_seconds)
     job.deadline.extend(job.deadline.elapsed() - began)  # measurement, not search: not the limit's
-    return time.perf_counter() - t, timed, left
+    note = ""
+    if large:
+        largest = max(large.values(), key=lambda c: c.nbytes)
+        why = too_large(largest.nbytes, decided, f"the largest, a {largest.op} of {largest.output}")
+        note = f"{len(large)} kernels not timed for their memory ({why}): the cost model estimates them"
+    return time.perf_counter() - t, timed, left, note
 
 
 def _chosen(

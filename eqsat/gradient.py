@@ -31,11 +31,10 @@ import jax
 from eqsat.api import OptimizeResult
 from eqsat.ir import Program
 from eqsat.lowering import lower
-from eqsat.speed import Verdict, arguments, judged, sampled, training_steps
+from eqsat.speed import Verdict, arguments, compiled_bytes, judged, sampled, too_large, training_steps
 from eqsat.types import FLOAT_DTYPES
 
 GRADIENT_MODES = ("measure", "optimized", "input")
-FAR, LARGE_BYTES = 8, 256 * 2**20  # a training step as written that needs more memory is not run
 QUICK_S = 0.1  # training steps quicker than this are timed in interleaved samples
 CLOSE = 1.5  # slower ones whose first runs are further apart than this are not run again
 
@@ -141,16 +140,16 @@ def _said(verdict: Verdict) -> str:
 
 def _timed(steps: list[Any], args: list[Any]) -> Verdict | str:
     """The verdict of timing both steps, or why the second (optimized) one is taken untimed: a step as
-    written that needs ``FAR`` times the memory of the optimized one, and more than ``LARGE_BYTES``,
-    is not run (it could exhaust memory, and moving its tensors dominates its time). Others are run
+    written that needs far more memory than the optimized one (``eqsat.speed.too_large``) is not run
+    (it could exhaust memory, and moving its tensors dominates its time). Others are run
     once each (a warm-up): steps quicker than ``QUICK_S`` are then timed in interleaved samples,
     slower ones further apart than ``CLOSE`` are judged by that run, and the rest by it and one more."""
-    need = [getattr(s.memory_analysis(), "temp_size_in_bytes", 0) for s in steps]
-    if need[0] > max(FAR * need[1], LARGE_BYTES):
-        return (
-            f"a training step as written needs {need[0] / 2**20:.0f} MiB, optimized "
-            f"{need[1] / 2**20:.0f} MiB: the optimized program is differentiated untimed"
-        )
+    need = [compiled_bytes(s) for s in steps]
+    why = too_large(
+        max(need), need[1], f"a training step as written ({need[0] / 2**20:.0f} MiB) or optimized"
+    )
+    if why:
+        return f"{why}: the optimized program is differentiated untimed"
     thunks = [functools.partial(s, *args) for s in steps]
     once = [_one_run(thunk) for thunk in thunks]
     if max(once) < QUICK_S:

@@ -39,6 +39,9 @@ def path_dtypes(program: Program) -> set[str]:
 INPUT_KINDS = ("normal", "large", "special")
 
 
+LEAN_ELEMENTS = 1 << 22
+
+
 def random_array(t: TensorType, rng: np.random.Generator, kind: str = "normal") -> Any:
     """Random data of type ``t``. ``kind``: ``normal`` (unit normal floats, ints in -100..100),
     ``large`` (floats near the top of their range for half precision, 1e3 times larger otherwise;
@@ -46,9 +49,11 @@ def random_array(t: TensorType, rng: np.random.Generator, kind: str = "normal") 
     one row of the last axis all -inf, as a fully masked row; ints at their extremes), and for floats
     ``wide`` (magnitudes over the dtype's whole normal range, both signs), ``offset`` (1e4 plus a
     spread of 1e-2: subtracting two of them cancels), ``edge`` (some elements 0 or the smallest normal
-    number)."""
+    number). Normal data of more than ``LEAN_ELEMENTS`` elements is drawn in float32 (bools as bytes),
+    so that a large kernel's timing holds no float64 copy of its operands."""
+    lean = kind == "normal" and t.size > LEAN_ELEMENTS
     if t.dtype == "bool":
-        return rng.random(t.shape) < 0.5
+        return rng.integers(0, 2, t.shape, dtype=np.uint8).astype(bool) if lean else rng.random(t.shape) < 0.5
     if "int" in t.dtype:
         info = np.iinfo(t.dtype)
         if kind == "normal":
@@ -59,7 +64,7 @@ def random_array(t: TensorType, rng: np.random.Generator, kind: str = "normal") 
             picks = rng.random(t.shape) < 0.3
             data[picks] = rng.choice(np.array([0, 1, info.min, info.max], dtype=t.dtype), int(picks.sum()))
         return data
-    data = rng.normal(size=t.shape)
+    data = rng.standard_normal(t.shape, dtype=np.float32) if lean else rng.normal(size=t.shape)
     floats = jax.numpy.finfo(t.dtype)
     if kind == "wide":
         low, high = math.log10(float(floats.tiny)), math.log10(float(floats.max)) - 0.5

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,10 @@ SAMPLE_S = 2e-3  # a sample is as many calls as take about this long
 # The least gain a timing must show for a program to replace the one as written: run-to-run noise of
 # interleaved minima on this project's 2-core CPU under load stayed within it
 MIN_MARGIN = 0.05
+# A measurement may take this many times the memory of what it decides (the program's arguments and
+# results, or the optimized program), and always this much, never more than MACHINE_SHARE of the
+# machine's memory: a program as written that does not fit is not run to learn that it is slower
+FAR, LARGE_BYTES, MACHINE_SHARE = 8, 256 * 2**20, 1 / 8
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,31 @@ class Verdicts:
         return data if isinstance(data, dict) else {}
 
 
+def machine_bytes() -> int:
+    """The machine's physical memory (what it has, not what is free now: a choice may not depend on
+    the load)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def compiled_bytes(compiled: Any) -> int:
+    """The memory XLA's buffer assignment gives a compiled program: arguments, results, temporaries."""
+    stats = compiled.memory_analysis()
+    parts = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
+    return sum(int(getattr(stats, part, 0) or 0) for part in parts)
+
+
+def too_large(need: int, decided: int, what: str = "a measurement") -> str | None:
+    """Why ``what``, which needs ``need`` bytes, is not run to decide for a program that needs
+    ``decided`` (``FAR`` times that or ``LARGE_BYTES``, whichever is more, and at most ``MACHINE_SHARE``
+    of the machine's memory); None where it may run."""
+    limit = min(max(FAR * decided, LARGE_BYTES), int(machine_bytes() * MACHINE_SHARE))
+    if need <= limit:
+        return None
+    return (
+        f"{what} needs {need / 2**20:.0f} MiB, more than the {limit / 2**20:.0f} MiB a measurement may take"
+    )
+
+
 def judged[R](kind: str, texts: Sequence[str], measure: Callable[[], R]) -> Verdict | R | None:
     """The recorded verdict of comparing ``texts`` (``kind``: what is compared), else what
     ``measure()`` gives, recorded where it is a ``Verdict`` (anything else: why nothing was timed);
@@ -149,15 +179,20 @@ def arguments(program: Program) -> list[Value]:
     return [*program.inputs, *(p for p in program.params if p.name not in program.param_values)]
 
 
-def compared(written: Program, other: Program, samples: int = 9) -> Verdict | None:
+def compared(written: Program, other: Program, samples: int = 9) -> Verdict | str | None:
     """Whether ``other`` runs faster than ``written`` (programs of one signature) on this device, by
     a margin noise does not cross: both compiled and timed on the same random inputs in interleaved
-    samples, the verdict recorded (``judged``)."""
+    samples, the verdict recorded (``judged``); or why they were not run (``too_large``: the program
+    as written may need far more memory than ``other``)."""
     from eqsat.lowering import lower
 
-    def measure() -> Verdict:
+    def measure() -> Verdict | str:
         args = _random_arguments(arguments(written))
         compiled = [jax.jit(lower(p)).lower(*args).compile() for p in (written, other)]
+        need = [compiled_bytes(c) for c in compiled]
+        why = too_large(max(need), need[1], f"the program as written ({need[0] / 2**20:.0f} MiB) or this one")
+        if why:
+            return why
         before, after = sampled([functools.partial(run, *args) for run in compiled], samples)
         return Verdict.of(before, after)
 

@@ -231,3 +231,20 @@ def test_timing_kernels_does_not_count_against_the_searchs_time_limit(tmp_path, 
     model = Roofline("cpu", timings=KernelTimes(tmp_path / "kernels.json"))
     result = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=60))
     assert result.report.kernels_timed and not result.report.cut_short, result.report
+
+
+def test_a_kernel_far_larger_than_the_programs_inputs_and_outputs_is_not_timed(tmp_path, monkeypatch):
+    """Timing a kernel holds its operands and result: where they take more than a measurement may
+    (here: half of the program's arguments and results, ``eqsat.speed.too_large``), it is estimated,
+    the note says so, and nothing is cut short."""
+    from eqsat import speed
+
+    monkeypatch.setattr(speed, "LARGE_BYTES", 0)
+    monkeypatch.setattr(speed, "FAR", 0.5)
+    path = tmp_path / "kernels.json"
+    model = Roofline("cpu", timings=KernelTimes(path))
+    result = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=60), cache=False)
+    assert not path.exists()
+    assert result.report.kernels_timed == result.report.kernels_left == 0
+    assert "3 kernels not timed for their memory (the largest, a conv2d" in result.report.note
+    assert not result.report.cut_short

@@ -106,3 +106,16 @@ def test_reproducible_builds_take_no_new_measurement(monkeypatch):
     result = eqsat.optimize(program, cost=PrefersBigProducts(), cache=False, measure=True)
     assert result.program is not program  # nothing recorded: the model's choice stands
     assert "no timing recorded (reproducible)" in result.report.note
+
+
+def test_a_program_as_written_far_larger_than_the_optimized_one_is_not_run(monkeypatch):
+    """The program as written holds a 512² product, the optimized one vectors: with "far larger" any
+    amount larger, they are not timed, the note says why, and the cost model's choice stands."""
+    from eqsat import speed
+
+    monkeypatch.setattr(speed, "LARGE_BYTES", 0)
+    monkeypatch.setattr(speed, "FAR", 1)
+    result = eqsat.optimize(_chain(slow_first=True), cost=UncertainFlops(), measure=True, cache=False)
+    assert result.program is not result.original
+    assert "MiB a measurement may take: the cost model's choice is kept" in result.report.note
+    assert "timed" not in result.report.note

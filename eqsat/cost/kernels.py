@@ -50,6 +50,11 @@ class Call(NamedTuple):
         return json.dumps([self.op, sorted(self.attrs.items()), types, str(self.output)])
 
     @property
+    def nbytes(self) -> int:
+        """The bytes of its operands and result: the least a timing of it holds."""
+        return sum(t.nbytes for t in (*self.inputs, self.output))
+
+    @property
     def known(self) -> tuple[bool, ...]:
         """``constant``, one flag per operand."""
         return self.constant or (False,) * len(self.inputs)
