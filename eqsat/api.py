@@ -511,7 +511,9 @@ def _cache_key(program: Program, options: Options, cache: bool | None) -> tuple[
     if why or fingerprint is None:
         return None, f"not cached: {why}"
     rules_text = [f"{r.name} {r.exact}\n" + "\n".join([*r.prelude, *r.egglog(REWRITES)]) for r in rules]
-    return optimization_key(program, [*rules_text, fingerprint, limits.budget(), extractor]), "stored"
+    # where new kernels may not be timed, a choice can rest on estimates a timing run would replace
+    timing = "untimed" if limits.kernel_seconds <= 0 or config.reproducible else "timed"
+    return optimization_key(program, [*rules_text, fingerprint, limits.budget(), extractor, timing]), "stored"
 
 
 def _store(key: str, result: OptimizeResult, program: Program) -> str:

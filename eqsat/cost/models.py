@@ -217,7 +217,11 @@ class Roofline(CostModel):
         return timed, sum(self.timings.get(c) is None for c in ordered)
 
     def fingerprint(self) -> str | None:
-        return repr(self.device) + (f" timings {self.timings.fingerprint()}" if self.timings else "")
+        """The device profile, and the table of timings (its file: one per device kind). Not the
+        table's contents: a timing, once recorded, never changes, and an optimization that is cached
+        timed every kernel its choice read (one that left some untimed is cut short, never stored),
+        so another program's new timings cannot change its result."""
+        return repr(self.device) + (f" timed in {self.timings.path}" if self.timings else "")
 
     def kernel_seconds(self, kernel: Kernel) -> float:
         d = self.device
