@@ -95,6 +95,13 @@ class Report:
     def rules_fired(self) -> dict[str, int]:
         return self.saturation.rules_fired()
 
+    def __repr__(self) -> str:
+        """A summary (``str(report)`` has every line)."""
+        return (
+            f"Report(stopped: {self.stop_reason}, cost ({self.cost_model}) {self.cost_before:.6g} -> "
+            f"{self.cost_after:.6g}, {len(self.rules_fired)} rules fired, cache: {self.cache or 'off'})"
+        )
+
     def __str__(self) -> str:
         sat = self.saturation
         last = sat.iterations[-1] if sat.iterations else None
@@ -240,7 +247,10 @@ class OptimizeResult:
             depth = DEFAULT_DEPTH if around is None else None
         if interactive:
             if caps:
-                raise ViewError(f"{next(iter(caps))}= caps the static picture; the interactive view has all")
+                raise ViewError(
+                    f"{next(iter(caps))}= caps the static picture; the interactive view shows every "
+                    "e-node of its view (choose it with around= and depth=)"
+                )
             return explore(self.egraph, start, depth, self.made_by())  # type: ignore[arg-type]
         caps.setdefault("max_nodes", MAX_NODES if around is None else None)
         return Picture(egraph_graph(self.egraph, start, depth, **caps))  # type: ignore[arg-type]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import textwrap
 import warnings
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from eqsat.errors import EqsatError
 from eqsat.examples import PIR as EXAMPLES
 from eqsat.progress import ProgressBar
 from eqsat.version import __version__
@@ -181,10 +184,11 @@ def _demo(args: argparse.Namespace) -> int:
     # the f64 step (harmlessly: the round trip is lossless) and JAX warns about it.
     warnings.filterwarnings("ignore", message="Explicitly requested dtype float64")
     directory = Path(args.dir)
+    if not directory.is_dir():
+        raise EqsatError(f"--dir {directory}: no such folder")
     files = sorted(directory.glob("*_before.pir"))
     if not files:
-        print(f"no *_before.pir files in {directory}", file=sys.stderr)
-        return 1
+        raise EqsatError(f"--dir {directory}: no *_before.pir files in it")
     for path in files:
         program = eqsat.load(path)
         result = eqsat.optimize(program, verify=True)
@@ -333,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     prove.set_defaults(func=_prove)
 
     show = sub.add_parser("show", help="print a program in eqsat's text form; draw it or its e-graph")
-    show.add_argument("file")
+    show.add_argument("file", help="a PIR text dump (.pir), a saved Paddle program (.json) or eqsat text")
     show.add_argument("--svg", help="draw the program (graphviz) into this SVG file")
     show.add_argument("--egraph-svg", help="saturate it and draw the e-graph into this SVG file")
     show.add_argument(
@@ -382,14 +386,14 @@ def build_parser() -> argparse.ArgumentParser:
         "MobileNetV2 at --size and --batch, in both layouts (minutes; each is timed once per device)",
     )
     calibrate.add_argument(
-        "--size", type=int, default=224, help="with --common: the input's height and width"
+        "--size", type=int, default=224, help="with --common: the input's height and width (default: 224)"
     )
-    calibrate.add_argument("--batch", type=int, default=1, help="with --common: the batch")
+    calibrate.add_argument("--batch", type=int, default=1, help="with --common: the batch (default: 1)")
     calibrate.add_argument(
         "--kernel-seconds",
         type=float,
         default=600.0,
-        help="with --kernels or --common: at most this long per program",
+        help="with --kernels or --common: at most this long per program (default: 600)",
     )
     calibrate.set_defaults(func=_calibrate)
 
@@ -418,11 +422,12 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from eqsat.errors import EqsatError
-
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:  # the reader went away (``eqsat rules | head``): stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exit's flush does not fail
+        return 128 + signal.SIGPIPE
     except (EqsatError, OSError) as e:
         print(f"eqsat: error: {e}", file=sys.stderr)
         return 2

@@ -184,6 +184,10 @@ class Jitted:
     def optimizations(self) -> int:
         return len(self.results)
 
+    def __repr__(self) -> str:
+        pending = f", {len(self._pending)} optimizing" if self._pending else ""
+        return f"<eqsat.jit of {self.fn!r}: {len(self.results)} signatures optimized{pending}>"
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._swap_in()
         outer, _CALLER.args = _CALLER.args, (args, kwargs)

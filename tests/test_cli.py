@@ -90,6 +90,24 @@ def test_bad_input_is_an_error_message_not_a_traceback(tmp_path, capsys):
     assert main(["optimize", str(bad)]) == 2
     assert "eqsat: error: line 2: pd.relu: undefined value %3" in capsys.readouterr().err
     assert main(["show", str(tmp_path / "missing.pir")]) == 2
+    script = tmp_path / "model.py"
+    script.write_text("import jax\n")
+    assert main(["optimize", str(script)]) == 2
+    assert "model.py is Python source: trace a function with eqsat.from_jax" in capsys.readouterr().err
+    assert main(["demo", "--dir", str(tmp_path / "nowhere")]) == 2
+    assert "eqsat: error: --dir " in capsys.readouterr().err
+
+
+def test_a_listing_whose_reader_went_away_ends_quietly():
+    """``eqsat rules | head``: the reader closes the pipe (``true`` before a line is written); no
+    error, the exit status of SIGPIPE, as cat's."""
+    listing = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {sys.executable} -m eqsat rules | true"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (listing.returncode, listing.stderr) == (141, "")
 
 
 def test_unknown_command_exits_with_usage():

@@ -121,6 +121,11 @@ def load(
     """
     from eqsat.ir import parse_program
 
+    if Path(path).suffix == ".py":
+        raise ParseError(
+            f"{path} is Python source: trace a function with eqsat.from_jax(fn, *args) or wrap it in "
+            "eqsat.jit; load reads a PIR dump, a Paddle model.json or eqsat's text form"
+        )
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
