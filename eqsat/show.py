@@ -379,8 +379,8 @@ def made_by(
     for nodes in final.classes.values():
         for n in nodes:
             key = _node_key(final, n, identity)
-            assert key is not None
-            final_index[key], node_of_key[key] = n.eclass, n
+            if key is not None:  # else it reads a class the serialization left out: no origin
+                final_index[key], node_of_key[key] = n.eclass, n
     origin: dict[str, str] = {}
     for index, state in enumerate(states):
         new = [node_of_key[k] for k in _present(state, final_index) if node_of_key[k].id not in origin]

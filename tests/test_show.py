@@ -257,7 +257,7 @@ def test_made_by_names_the_iteration_and_rule_that_added_each_enode(attention_59
     origin = attention_59.made_by()
     graph = attention_59.egraph
     nodes = {n.id: n for ns in graph.classes.values() for n in ns}
-    assert set(origin) == set(nodes)
+    assert set(origin) == set(nodes)  # every e-node has one here
     loaded = [i for i, o in origin.items() if o == "loaded"]
     assert len(loaded) == len({cid for cid in graph.roots.values()} & graph.classes.keys())
     iterations = attention_59.report.saturation.iterations
