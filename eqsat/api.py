@@ -38,7 +38,7 @@ from eqsat.saturate import (
     fresh_egraph,
     saturate,
 )
-from eqsat.speed import Verdict, compared, too_large
+from eqsat.speed import Verdict, compared, io_bytes, too_large
 from eqsat.text import DYNAMIC
 
 _STORED = ("cost_model", "cost_before", "cost_after", "note", "extractor")  # a cached report's fields
@@ -709,7 +709,7 @@ def _time_kernels(
     if job.limits.kernel_seconds <= 0 or config.reproducible or not job.model.timed_ops:
         return 0.0, 0, 0, ""
     began = job.deadline.elapsed()
-    decided = sum(v.type.nbytes for v in (*program.inputs, *program.params, *program.outputs))
+    decided = io_bytes(program)
     groups = alternatives(graph, job.model.timed_ops, constants)
     large = {c.key: c for g in groups for c in g if too_large(c.nbytes, decided)}
     chosen = [[c for c in g if c.key not in large] for g in groups]

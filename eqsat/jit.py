@@ -33,9 +33,11 @@ from eqsat.cost import CostModel
 from eqsat.errors import UnsupportedError
 from eqsat.frontend.jax import jaxpr_of, to_program
 from eqsat.gradient import GRADIENT_MODES, differentiable
+from eqsat.ir import Program
 from eqsat.lowering import lower
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import Limits, prepare
+from eqsat.speed import io_bytes, too_large
 
 
 def _hide_eqsat_frames() -> None:
@@ -296,6 +298,11 @@ class Jitted:
             hit = cached_result(traced.program, self.options) if provisional and self._likely_hit else None
             if hit is not None:
                 self.results[key] = hit
+            elif provisional and (why := _too_large_to_run_as_written(traced.program)):
+                self._optimized(key, traced.program)
+                report = self.results[key].report
+                waited = f"the first call waited for the optimization: {why}"
+                report.note = "; ".join(filter(None, [report.note, waited]))
             elif provisional:
                 self._optimize_in_background(key, traced.program)
             else:
@@ -358,6 +365,19 @@ class Jitted:
         thread = threading.Thread(target=work, name="eqsat-optimize")
         self._pending[key] = thread
         self._unstarted.append(thread)
+
+
+def _too_large_to_run_as_written(program: Program) -> str | None:
+    """Why a first call does not run ``program`` as written while it is optimized: a value it computes
+    takes far more memory than its arguments and results (``eqsat.speed.too_large``), as attention's
+    S x S scores do where the optimized program never holds them (S = 32768: 32 GiB)."""
+    values = [v for op in program.live_ops() for v in op.outputs]
+    if not values:
+        return None
+    largest = max(values, key=lambda v: v.type.nbytes)
+    return too_large(
+        largest.type.nbytes, io_bytes(program), f"the function as written holds a {largest.type}"
+    )
 
 
 @contextlib.contextmanager

@@ -115,6 +115,12 @@ def compiled_bytes(compiled: Any) -> int:
     return sum(int(getattr(stats, part, 0) or 0) for part in parts)
 
 
+def io_bytes(program: Program) -> int:
+    """The bytes of a program's arguments (weights included) and results: what any program computing
+    them holds."""
+    return sum(v.type.nbytes for v in (*program.inputs, *program.params, *program.outputs))
+
+
 def too_large(need: int, decided: int, what: str = "a measurement") -> str | None:
     """Why ``what``, which needs ``need`` bytes, is not run to decide for a program that needs
     ``decided`` (``FAR`` times that or ``LARGE_BYTES``, whichever is more, and at most ``MACHINE_SHARE``

@@ -280,6 +280,23 @@ def test_a_differentiated_first_call_is_optimized_before_it_runs(background):
     np.testing.assert_allclose(grads, jax.grad(lambda *a: _mlp(*a).sum())(*args), rtol=1e-5)
 
 
+def test_a_first_call_whose_function_as_written_holds_too_much_waits_for_the_optimization(
+    background, monkeypatch
+):
+    """Attention as written holds S x S scores, which the optimized program may never hold: where a
+    value the function computes takes far more than its arguments and results (here "far more" is a
+    tenth of them: the MLP's hidden layer), the first call does not run it as written."""
+    from eqsat import speed
+
+    monkeypatch.setattr(speed, "LARGE_BYTES", 0)
+    monkeypatch.setattr(speed, "FAR", 0.1)
+    fn, args = eqsat.jit(_mlp), _args()
+    np.testing.assert_allclose(fn(*args), jax.jit(_mlp)(*args), rtol=1e-6)
+    assert fn.optimizations == 1 and not fn._pending  # optimized before it ran
+    (result,) = fn.results.values()
+    assert "the first call waited for the optimization: the function as written holds a" in result.report.note
+
+
 def test_a_time_limit_that_cuts_the_optimization_short_is_a_warning_once():
     fn = eqsat.jit(_mlp, limits=eqsat.Limits(timeout_s=0.0))
     args = _args()
