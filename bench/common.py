@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from eqsat.config import config
-from eqsat.speed import per_call
+from eqsat.speed import compiled_bytes, per_call
 
 OUT = Path(__file__).resolve().parent
 
@@ -121,8 +121,7 @@ def matmul_gflops(n: int = 2048, dtype: str = "float32", repeats: int = 5) -> fl
 
 def peak_bytes(fn: Callable[..., Any], args: Sequence[Any]) -> int:
     """XLA's buffer assignment for one call: arguments + outputs + temporaries (a bound on peak use)."""
-    stats = jax.jit(fn).lower(*args).compile().memory_analysis()
-    return int(stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes)
+    return compiled_bytes(jax.jit(fn).lower(*args).compile())
 
 
 def max_abs_diff(a: Any, b: Any) -> float:

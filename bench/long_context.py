@@ -13,6 +13,13 @@ to this machine's matmul peak in the case's dtype, measured in the same run.
 
     python -m bench.long_context            # all rows -> bench/long_context.json
     python -m bench.long_context --quick    # S = 512 and 1024, batch 1, float32
+    python -m bench.long_context --long     # S = 4096 to 32768, batch 1 -> bench/long_context_to_32k.json
+
+``--long`` rows also give each side's memory as XLA's buffer assignment counts it (arguments, results,
+temporaries) beside the measured peak, and eqsat.jit's first call from an empty program cache and
+kernel table (a fresh process: optimizing, compiling and running, its seconds and peak RSS growth). A
+side whose buffer assignment needs more than ``FITS`` of this machine's memory is not run (jax.jit's
+S x S scores at S = 32768), and the row says how much it needs.
 """
 
 from __future__ import annotations
@@ -31,12 +38,16 @@ import numpy as np
 import eqsat
 from bench.common import OUT, interleaved, matmul_gflops, max_abs_diff, merged_rows, write
 from bench.library_models import linen_transformer
-from bench.memory import peak_rss_growth
+from bench.memory import probe
+from eqsat.speed import compiled_bytes, machine_bytes
 
 LENGTHS = (512, 1024, 2048, 4096, 8192)
 BATCHES = (1, 4)
 DTYPES = ("float32", "bfloat16")
 HEADS, HEAD_DIM = 8, 64
+LONG_LENGTHS = (4096, 8192, 16384, 32768)
+LONG_REPEATS = 3
+FITS = 0.75  # a side whose XLA buffer assignment needs more of this machine's memory is not run
 DECODER_LENGTHS = (1024, 4096)
 DECODER_WIDTH, DECODER_HEADS = 256, 4
 REPEATS = 5
@@ -113,11 +124,12 @@ def differentiated(case: str) -> tuple[str, str]:
     return ("input" if "function as written is differentiated" in note else "optimized"), note
 
 
-def _memory(case: str, variant: str) -> int | None:
-    """Peak RSS growth of one call in a fresh process, or None when that process runs out of memory
-    (killed by the kernel, or XLA's or Python's allocation failed); any other failure is raised."""
+def _probed(case: str, variant: str) -> dict[str, Any] | None:
+    """``bench.memory_probe``'s measurement of one call in a fresh process, or None when that process
+    runs out of memory (killed by the kernel, or XLA's or Python's allocation failed); any other
+    failure is raised."""
     try:
-        return peak_rss_growth(case, 0, variant)
+        return probe(case, 0, variant)
     except subprocess.CalledProcessError as e:
         if e.returncode < 0 or any(m in (e.stderr or "") for m in ("RESOURCE_EXHAUSTED", "MemoryError")):
             return None
@@ -133,17 +145,35 @@ def _dtype(case: str) -> str:
     return case.split("-")[1] if case.startswith("attention-") else "float32"
 
 
-def measure(case: str, repeats: int = REPEATS) -> dict[str, Any]:
+def _memory(case: str, variant: str) -> int | None:
+    """Peak RSS growth of one call in a fresh process, or None where it ran out of memory."""
+    probed = _probed(case, variant)
+    return None if probed is None else int(probed["peak_rss_growth"])
+
+
+def measure(case: str, repeats: int = REPEATS, long: bool = False) -> dict[str, Any]:
     """A row. A training case's eqsat.jit differentiates what its first differentiation chose here
-    (timing in that process would leave its memory pooled, and the measured call would not grow)."""
+    (timing in that process would leave its memory pooled, and the measured call would not grow).
+    ``long``: with XLA's buffer assignment of each side, a side it does not fit not run, and
+    eqsat.jit's first call from an empty cache."""
+    row: dict[str, Any] = {"case": case, "repeats": repeats}
+    if long:
+        cold = _probed(case, "eqsat-cold")
+        row["eqsat_cold_s"] = cold and cold["seconds"]
+        row["eqsat_cold_peak_rss_bytes"] = cold and cold["peak_rss_growth"]
     gradient, note = differentiated(case) if case.endswith("-train") else ("measure", "")
-    memory = {v: _memory(case, f"{v}:{gradient}" if v == "eqsat" else v) for v in ("eqsat", "jax")}
-    memory["jax_again"] = memory["jax"]  # the same program: a second jax.jit, this row's noise
     fns, args = build(case, gradient)
+    sides = ("eqsat", "jax")
+    fits = dict.fromkeys(sides, True)
+    if long:
+        for v in sides:
+            row[f"{v}_xla_bytes"] = need = compiled_bytes(fns[v].lower(*args).compile())
+            fits[v] = need <= FITS * machine_bytes()
+    memory = {v: _memory(case, f"{v}:{gradient}" if v == "eqsat" else v) if fits[v] else None for v in sides}
+    memory["jax_again"] = memory["jax"]  # the same program: a second jax.jit, this row's noise
     runs = {v: (lambda fn=fn: fn(*args)) for v, fn in fns.items() if memory[v] is not None}
     times = interleaved(runs, repeats) if runs else {}
-    gflop = fns["jax"].lower(*args).compile().cost_analysis()["flops"] / 1e9
-    row: dict[str, Any] = {"case": case, "repeats": repeats, "gflop": gflop}
+    row["gflop"] = gflop = fns["jax"].lower(*args).compile().cost_analysis()["flops"] / 1e9
     if note:
         row["differentiated"], row["gradient_note"] = gradient, note
     row["matmul_peak_gflops"] = _matmul_peak(_dtype(case))
@@ -174,6 +204,10 @@ def cases(quick: bool) -> list[str]:
     return rows + [f"decoder-s{s}-{m}" for s in DECODER_LENGTHS for m in ("forward", "train")]
 
 
+def long_cases() -> list[str]:
+    return [f"attention-{d}-b1-s{s}-{m}" for d in DTYPES for s in LONG_LENGTHS for m in ("forward", "train")]
+
+
 def _cell(seconds: float | None, memory: int | None) -> str:
     if memory is None:
         return "out of memory"
@@ -182,6 +216,32 @@ def _cell(seconds: float | None, memory: int | None) -> str:
 
 def _rate(gflops: float | None) -> str:
     return "—" if gflops is None else f"{gflops:.0f}"
+
+
+def _gib(n: float | None) -> str:
+    return "—" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def long_markdown(rows: list[dict[str, Any]]) -> str:
+    """The ``--long`` rows: each side's time, peak RSS and XLA's buffer assignment, and the cold call."""
+    lines = [
+        "| case | eqsat.jit first call, empty cache (s, peak RSS) | eqsat.jit (time, peak RSS, XLA) "
+        "| jax.jit (time, peak RSS, XLA) | speedup | memory ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        cold = r.get("eqsat_cold_s")
+        first = "out of memory" if cold is None else f"{cold:.1f} s, {_gib(r['eqsat_cold_peak_rss_bytes'])}"
+        sides = []
+        for v in ("eqsat", "jax"):
+            xla = _gib(r[f"{v}_xla_bytes"])
+            fits = r[f"{v}_xla_bytes"] <= FITS * machine_bytes()
+            ran = _cell(r[f"{v}_s"], r[f"{v}_peak_rss_bytes"]) if fits else "does not fit, not run"
+            sides.append(f"{ran}, XLA {xla}")
+        speedup = f"{r['speedup']:.2f}x" if "speedup" in r else "—"
+        ratio = f"{r['memory_ratio']:.1f}x" if "memory_ratio" in r else "—"
+        lines.append(f"| {r['case']} | {first} | {sides[0]} | {sides[1]} | {speedup} | {ratio} |")
+    return "\n".join(lines)
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -207,17 +267,21 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="S = 512 and 1024, batch 1, float32")
     parser.add_argument(
+        "--long", action="store_true", help="S = 4096 to 32768, batch 1: XLA's memory, the first call cold"
+    )
+    parser.add_argument(
         "--cases", nargs="*", help="re-measure these cases only (names as in the JSON), replacing their rows"
     )
     opts = parser.parse_args(argv)
+    name, table = ("long_context_to_32k", long_markdown) if opts.long else ("long_context", markdown)
     rows = []
-    for case in opts.cases or cases(opts.quick):
-        rows.append(measure(case))
-        print(markdown(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    for case in opts.cases or (long_cases() if opts.long else cases(opts.quick)):
+        rows.append(measure(case, LONG_REPEATS, long=True) if opts.long else measure(case))
+        print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     if opts.cases:  # re-measured cases replace their rows in the last full run's file
-        rows = merged_rows(OUT / "long_context.json", rows, "case")
-    path = write("long_context", {"heads": HEADS, "head_dim": HEAD_DIM, "rows": rows})
-    print(markdown(rows))
+        rows = merged_rows(OUT / f"{name}.json", rows, "case")
+    path = write(name, {"heads": HEADS, "head_dim": HEAD_DIM, "rows": rows})
+    print(table(rows))
     print(f"wrote {path}", file=sys.stderr)
 
 

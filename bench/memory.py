@@ -12,17 +12,23 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
-def peak_rss_growth(case: str, size: int, variant: str) -> int:
-    """Bytes the peak RSS grows by while ``variant`` (eqsat or jax) runs ``case`` once (already compiled)."""
+def probe(case: str, size: int, variant: str) -> dict[str, Any]:
+    """What ``bench.memory_probe`` measures of ``variant`` running ``case`` once, in a fresh process."""
     out = subprocess.run(
         [sys.executable, "-m", "bench.memory_probe", case, str(size), variant],
         capture_output=True,
         text=True,
         check=True,
     )
-    return int(json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_growth"])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def peak_rss_growth(case: str, size: int, variant: str) -> int:
+    """Bytes the peak RSS grows by while ``variant`` (eqsat or jax) runs ``case`` once (already compiled)."""
+    return int(probe(case, size, variant)["peak_rss_growth"])
 
 
 def status_kib(field: str) -> int:
