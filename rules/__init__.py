@@ -1,5 +1,6 @@
 """Declarative rewrite rules, grouped by theme (a module each): ``transpose``, ``reshape``, ``cast``,
-``fold``, ``algebra``, ``fusion``, ``softmax``, ``attention``, ``conv``, ``normalize``, ``axioms``.
+``fold``, ``algebra``, ``fusion``, ``softmax``, ``attention``, ``conv``, ``normalize``, ``scan``,
+``axioms``.
 
 Each rule has a name, a one-line reason, egglog patterns and an example that
 ``eqsat.verify.check_rule`` instantiates on random data (see ``rules/base.py`` for the format).
@@ -14,7 +15,20 @@ from .base import Rule
 
 
 def _load() -> dict[str, list[Rule]]:
-    from . import algebra, attention, axioms, cast, conv, fold, fusion, normalize, reshape, softmax, transpose
+    from . import (
+        algebra,
+        attention,
+        axioms,
+        cast,
+        conv,
+        fold,
+        fusion,
+        normalize,
+        reshape,
+        scan,
+        softmax,
+        transpose,
+    )
 
     themes = {}
     for module in (
@@ -28,6 +42,7 @@ def _load() -> dict[str, list[Rule]]:
         attention,
         conv,
         normalize,
+        scan,
         axioms,
     ):
         theme = module.__name__.rsplit(".", 1)[-1]

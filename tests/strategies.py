@@ -27,6 +27,7 @@ from eqsat import Builder, Program, Value
 from eqsat.ir import Op, TensorType
 from eqsat.numerics import INPUT_KINDS, random_array
 from eqsat.ops import FLOAT_DTYPES, OPAQUE, OPS, OpDef
+from eqsat.ops.scan import COMBINES
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 FAMILIES: dict[str, tuple[str, ...]] = {
@@ -110,6 +111,14 @@ def _reduce(name: str) -> Callable[..., Value | None]:
     return make
 
 
+def _scan(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+    if x.type.dtype == "bool":
+        return None
+    flags = {k: draw(st.integers(0, 1)) for k in ("reverse", "exclusive")}
+    combine = draw(st.sampled_from(COMBINES))
+    return b.scan(x, axis=draw(st.integers(0, x.type.rank - 1)), combine=combine, **flags)
+
+
 def _softmax(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
     return b.softmax(x, axis=draw(st.integers(0, x.type.rank - 1))) if _is_float(x) else None
 
@@ -184,6 +193,7 @@ MAKERS: dict[str, Callable[..., Value | None]] = {
     "split": _split,
     "reduce_max": _reduce("reduce_max"),
     "reduce_sum": _reduce("reduce_sum"),
+    "scan": _scan,
     "softmax": _softmax,
     "masked_softmax": _masked_softmax,
     "matmul": _matmul,
@@ -349,6 +359,8 @@ def _float_steps(draw: Draw, dtype: str, shape: tuple[int, ...]) -> _Named:
         "softmax": lambda e: jax.nn.softmax(e[-1], axis=axis),
         "mask": lambda e: jnp.where(e[-1] > 0, e[-1], -jnp.inf),
         "sum": lambda e: jnp.sum(e[-1], axis=axis, keepdims=True),
+        "cumsum": lambda e: jnp.cumsum(e[-1], axis=axis),
+        "cummax_reversed": lambda e: lax.cummax(e[-1], axis=axis % max(e[-1].ndim, 1), reverse=True),
         "max_reduce": lambda e: jnp.max(e[-1], axis=axis, keepdims=True, initial=-jnp.inf),
         "logsumexp": lambda e: jax.nn.logsumexp(e[-1], axis=axis, keepdims=True),
         "transpose": lambda e: e[-1].T,
@@ -382,6 +394,7 @@ def _int_steps(draw: Draw, dtype: str, shape: tuple[int, ...]) -> _Named:
         "sub": lambda e: e[-1] - _partner(e),
         "max": lambda e: jnp.maximum(e[-1], _partner(e)),
         "sum_same_dtype": lambda e: e[-1].sum(axis=axis, dtype=e[-1].dtype, keepdims=True),
+        "cumsum_same_dtype": lambda e: jnp.cumsum(e[-1], axis=axis, dtype=e[-1].dtype),
         "max_reduce": lambda e: jnp.max(e[-1], axis=axis, keepdims=True, initial=jnp.iinfo(e[-1].dtype).min),
         "dot_wide": lambda e: (
             lax.dot(e[-1], jnp.swapaxes(e[-1], -1, -2), preferred_element_type=jnp.int32)

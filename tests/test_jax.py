@@ -271,6 +271,45 @@ def test_tile_stack_unstack_and_boolean_xor_are_canonical(name):
         np.testing.assert_array_equal(eqsat.jit(f)(x), jax.jit(f)(x))
 
 
+_SCANS = {
+    "jnp.cumsum": lambda x: jnp.cumsum(x, axis=1),
+    "jnp.cumprod": lambda x: jnp.cumprod(x, axis=0),
+    "lax.cummax reversed": lambda x: lax.cummax(x, axis=1, reverse=True),
+    "lax.cummin": lambda x: lax.cummin(x, axis=0),
+    "position ids from a padding mask": lambda x: jnp.cumsum(x > 0, axis=1) * (x > 0) + x,
+}
+
+
+@pytest.mark.parametrize("name", _SCANS)
+@pytest.mark.parametrize("gradient", ["optimized", "input"])
+def test_scans_are_canonical_and_differentiate_as_jax_does(name, gradient):
+    """``cumsum``, ``cumprod``, ``cummax``, ``cummin`` are ``scan`` ops, not opaque ones; values and
+    gradients (of the optimized program, or of the function as written) are jax.jit's, bit for bit."""
+    fn = _SCANS[name]
+    x = _normal(3, 4)
+    program = eqsat.from_jax(fn, x)
+    assert "scan" in program.op_counts() and all(op.name != OPAQUE for op in program.ops)
+    np.testing.assert_array_equal(eqsat.jit(fn, gradient=gradient)(x), jax.jit(fn)(x))
+    grad = jax.grad(lambda x: jnp.sum(eqsat.jit(fn, gradient=gradient)(x) ** 2))
+    np.testing.assert_array_equal(jax.jit(grad)(x), jax.jit(jax.grad(lambda x: jnp.sum(fn(x) ** 2)))(x))
+
+
+@pytest.mark.parametrize(
+    ("fn", "reduction"),
+    [
+        (lambda x: jnp.cumsum(x, axis=1)[:, -1], "reduce_sum"),
+        (lambda x: lax.cummax(x, axis=0, reverse=True)[0] * 2.0, "reduce_max"),
+    ],
+)
+def test_a_running_totals_end_alone_is_a_reduction(fn, reduction):
+    """Where only the end of a scan is read, the optimized program reduces instead of scanning."""
+    x = _normal(3, 8)
+    result = eqsat.jit(fn).result(x)
+    counts = result.program.op_counts()
+    assert reduction in counts and "scan" not in counts, counts
+    np.testing.assert_allclose(eqsat.jit(fn)(x), jax.jit(fn)(x), rtol=1e-6)
+
+
 def test_scalar_constants_fold_at_trace_time():
     fn = eqsat.jit(lambda x: x / jnp.sqrt(16.0).astype(x.dtype))
     x = jnp.asarray([2.0, 8.0], jnp.bfloat16)

@@ -284,6 +284,16 @@ def _reduce(name: str) -> Callable[..., list[Value]]:
     return handler
 
 
+def _scan(combine: str) -> Callable[..., list[Value]]:
+    """``cumsum``, ``cumprod``, ``cummax``, ``cummin``: a ``scan`` (``jnp.cumsum`` promotes small
+    integers and bools before its primitive: the convert is an op of its own)."""
+
+    def handler(t: _Tracer, ins: list[Value], *, axis: int, reverse: bool, **_: Any) -> list[Value]:
+        return [t.op("scan", ins[0], axis=axis, combine=combine, reverse=int(reverse))]
+
+    return handler
+
+
 def _div(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
     """x / c for a power of two c is x * (1/c) exactly (both round the same real number once)."""
     x, c = ins
@@ -631,6 +641,10 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
     "broadcast_in_dim": _broadcast_in_dim,
     "reduce_max": _reduce("reduce_max"),
     "reduce_sum": _reduce("reduce_sum"),
+    **{
+        f"cum{name}": _scan(combine)
+        for name, combine in (("sum", "add"), ("prod", "mul"), ("max", "max"), ("min", "min"))
+    },
     "convert_element_type": _convert,
     "concatenate": _concatenate,
     "slice": _slice,

@@ -39,7 +39,7 @@ def _reduce_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> fl
     return float(ins[0].size)
 
 
-def _lowest(dtype: np.dtype) -> Any:
+def lowest(dtype: np.dtype) -> Any:
     """The identity of max: -inf, the smallest integer, or False."""
     if jnp.issubdtype(dtype, jnp.floating):
         return -np.inf
@@ -53,7 +53,7 @@ def _reduce(x: Array, init: Any, combine: Any, axis: int, keepdim: int) -> Array
 
 
 def _reduce_max(x: Array, *, axis: int, keepdim: int) -> Array:
-    return _reduce(x, _lowest(x.dtype), lax.max, axis, keepdim)
+    return _reduce(x, lowest(x.dtype), lax.max, axis, keepdim)
 
 
 def _reduce_sum(x: Array, *, axis: int, keepdim: int) -> Array:

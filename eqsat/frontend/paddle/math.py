@@ -176,6 +176,22 @@ def _reduced_axes(r: _Reader, line: Line, x: Value) -> tuple[int, ...]:
     return tuple(a for a in range(len(dims)) if a not in kept[0])
 
 
+@handles("pd.cumsum", "pd.cumprod")
+def _scan(r: _Reader, line: Line) -> list[Value]:
+    """``paddle.cumsum(x, axis)`` (no axis: over x flattened) and ``paddle.cumprod(x, dim)``, each
+    inclusive or exclusive, forward or reversed: a ``scan``."""
+    cumsum = line.name.endswith("cumsum")
+    _arity(line, 2 if cumsum else 1)
+    x = r.tensor(line, line.operands[0])
+    (axis,) = r.int_array(line, line.operands[1]) if cumsum else (int(line.attrs["dim"]),)
+    if _flag(line, "flatten", False):
+        x, axis = r.add(line, "reshape", [x], shape=(x.type.size,)), 0
+    if not -x.type.rank <= axis < max(x.type.rank, 1):
+        raise ParseError(f"axis {axis} out of range for rank {x.type.rank}", line=line.number, op=line.name)
+    flags = {k: int(_flag(line, k, False)) for k in ("reverse", "exclusive")}
+    return [r.add(line, "scan", [x], axis=axis, combine="add" if cumsum else "mul", **flags)]
+
+
 @handles("pd.square", "pd.pow")
 def _square(r: _Reader, line: Line) -> Results:
     """``pd.square`` and ``pd.pow {y:2}`` are x * x; other powers stay opaque."""
@@ -301,7 +317,6 @@ def _axis(axis: Any) -> int:
 
 meaning("pd_op.leaky_relu", lambda x, *, negative_slope, **_: jax.nn.leaky_relu(x, negative_slope))
 meaning("pd_op.clip", lambda x, lo, hi, **_: jnp.clip(x, lo, hi))
-meaning("pd_op.cumsum", lambda x, axis, **_: jnp.cumsum(x, axis=_axis(axis)))
 meaning(
     "pd_op.argmax",
     lambda x, axis, *, keepdims, dtype="int64", **_: jnp.argmax(

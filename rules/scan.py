@@ -1,0 +1,58 @@
+"""Scans (``cumsum``, ``cummax``, ...): what a program reads of one that a reduction gives alone.
+
+The element an inclusive scan ends with (the last, or the first of a reversed one) is the reduction of
+its whole axis: a program that reads only that (a running total's final value, the last position id)
+needs no scan, and one that reads both may take the reduction from the scan's own end. The max's is
+exact; the sum's regroups the additions (the scan's order is a tree's, the reduction's a loop's), so it
+is inexact and applies where sums regroup safely (float32, float64, integers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eqsat.ir import TensorType
+
+from .base import Rule, Variant, rand_shape
+from .terms import ReduceMax, ReduceSum, Scan, Split, dtype_of, equal, get, length, reassociable
+
+_REDUCTIONS = {"add": ReduceSum, "max": ReduceMax}
+
+
+def _end(combine: str, reverse: int) -> Variant:
+    """The scan's end element (split off as a part of size 1) is the reduction, kept as a size-1 axis."""
+    index = 0 if reverse else 1
+    scan = Scan("x", axis="a", combine=combine, reverse=reverse, exclusive=0)
+    when = (equal(length("s"), 2), equal(get("s", index), 1))
+    if combine == "add":
+        when = (*when, reassociable(dtype_of("x")))
+    return Variant(
+        Split(scan, axis="a", sizes="s", index=index), _REDUCTIONS[combine]("x", axis="a", keepdim=1), when
+    )
+
+
+def _example(rng: Any, reverse: int = 0) -> dict[str, Any]:
+    """x, an axis, and the sizes that split the scan's end element off (first, if ``reverse``)."""
+    shape = rand_shape(rng, int(rng.integers(1, 4)), low=2)
+    axis = int(rng.integers(len(shape)))
+    end = (shape[axis] - 1, 1)
+    return {"x": TensorType(shape, "float32"), "a": axis, "s": end[::-1] if reverse else end}
+
+
+RULES = [
+    Rule(
+        "scan-end-is-max",
+        "the last element of a running max (the first of a reversed one) is the max of the axis",
+        (_end("max", 0), _end("max", 1)),
+        _example,
+        cases=({"reverse": 0}, {"reverse": 1}),
+    ),
+    Rule(
+        "scan-end-is-sum",
+        "the last element of a running sum (the first of a reversed one) is the sum of the axis",
+        (_end("add", 0), _end("add", 1)),
+        _example,
+        exact=False,
+        cases=({"reverse": 0}, {"reverse": 1}),
+    ),
+]
