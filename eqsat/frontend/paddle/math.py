@@ -183,7 +183,10 @@ def _scan(r: _Reader, line: Line) -> list[Value]:
     cumsum = line.name.endswith("cumsum")
     _arity(line, 2 if cumsum else 1)
     x = r.tensor(line, line.operands[0])
-    (axis,) = r.int_array(line, line.operands[1]) if cumsum else (int(line.attrs["dim"]),)
+    axes = r.int_array(line, line.operands[1]) if cumsum else (line.attrs.get("dim"),)
+    if len(axes) != 1 or not isinstance(axes[0], int):
+        raise ParseError(f"needs one integer axis, got {list(axes)}", line=line.number, op=line.name)
+    axis = axes[0]
     if _flag(line, "flatten", False):
         x, axis = r.add(line, "reshape", [x], shape=(x.type.size,)), 0
     if not -x.type.rank <= axis < max(x.type.rank, 1):
