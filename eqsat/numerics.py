@@ -53,7 +53,7 @@ def random_array(t: TensorType, rng: np.random.Generator, kind: str = "normal") 
     so that a large kernel's timing holds no float64 copy of its operands."""
     lean = kind == "normal" and t.size > LEAN_ELEMENTS
     if t.dtype == "bool":
-        return rng.integers(0, 2, t.shape, dtype=np.uint8).astype(bool) if lean else rng.random(t.shape) < 0.5
+        return rng.integers(0, 2, t.shape, dtype=np.uint8).view(bool) if lean else rng.random(t.shape) < 0.5
     if "int" in t.dtype:
         info = np.iinfo(t.dtype)
         if kind == "normal":

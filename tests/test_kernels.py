@@ -262,3 +262,13 @@ def test_a_kernel_far_larger_than_the_programs_inputs_and_outputs_is_not_timed(t
     assert result.report.kernels_timed == result.report.kernels_left == 0
     assert "3 kernels not timed for their memory (the largest, a conv2d" in result.report.note
     assert not result.report.cut_short
+
+
+def test_kernels_are_compiled_side_by_side_only_while_they_fit_together():
+    """A few kernels are compiled and timed at once, as many as the workers, unless their operands and
+    results together pass the budget: then fewer, and one larger than it alone."""
+    small, large = _calls()["direct"], _calls()["shifted"]._replace(output=TensorType((2, 8, 64, 64), F32))
+    runs = list(kernels._side_by_side([small, small, small, large, small], 2, large.nbytes))
+    assert [len(r) for r in runs] == [2, 1, 1, 1]
+    assert runs[2] == [large]
+    assert [len(r) for r in kernels._side_by_side([small] * 5, 2, 10**9)] == [2, 2, 1]

@@ -16,7 +16,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -28,7 +28,7 @@ from eqsat.config import write_atomically
 from eqsat.deadline import clock
 from eqsat.devices import device_file
 from eqsat.ir import Program, TensorType
-from eqsat.speed import per_call
+from eqsat.speed import LARGE_BYTES, per_call
 
 
 class Call(NamedTuple):
@@ -51,8 +51,9 @@ class Call(NamedTuple):
 
     @property
     def nbytes(self) -> int:
-        """The bytes of its operands and result: the least a timing of it holds."""
-        return sum(t.nbytes for t in (*self.inputs, self.output))
+        """The bytes a timing of it holds: its operands twice (drawn on the host, copied to the
+        device) and its result."""
+        return 2 * sum(t.nbytes for t in self.inputs) + self.output.nbytes
 
     @property
     def known(self) -> tuple[bool, ...]:
@@ -91,8 +92,9 @@ class KernelTimes:
 
     def time(self, calls: Iterable[Call], seconds: float) -> int:
         """Time the ``calls`` not yet known, in order, while the next few fit in ``seconds`` (judged by
-        the longest few so far); how many were timed. Each few (``workers``) are compiled side by
-        side, then timed in interleaved samples (``run_seconds``); a compilation still running when the time
+        the longest few so far); how many were timed. Each few (``workers``, as many as hold
+        ``LARGE_BYTES`` together: a larger one alone) are compiled side by side, then timed in
+        interleaved samples (``run_seconds``); a compilation still running when the time
         is up is left to finish on its own, unused. The table is saved after each few, so an
         interrupted run keeps what it measured."""
         end = clock() + seconds
@@ -101,11 +103,10 @@ class KernelTimes:
         longest = 0.0  # the longest a few took so far: the next is started only if it fits
         pool = ThreadPoolExecutor(self.workers)
         try:
-            for i in range(0, len(todo), self.workers):
+            for few in _side_by_side(todo, self.workers, LARGE_BYTES):
                 start = clock()
                 if start + longest >= end:
                     break
-                few = todo[i : i + self.workers]
                 futures = [_submitted(pool, call) for call in few]
                 left = max(end - clock(), 0.0)
                 if len(wait(futures, timeout=left if math.isfinite(left) else None).done) < len(futures):
@@ -125,6 +126,19 @@ class KernelTimes:
         on_disk = json.loads(self.path.read_text()) if self.path.exists() else {}
         self.table = {**on_disk, **self.table}
         write_atomically(self.path, json.dumps({**on_disk, **new}, indent=0))
+
+
+def _side_by_side(calls: Sequence[Call], workers: int, budget: int) -> Iterator[list[Call]]:
+    """``calls`` in order, in runs of at most ``workers`` whose operands and results together take at
+    most ``budget`` bytes (a call larger than that alone): what is compiled and timed at once."""
+    few: list[Call] = []
+    for call in calls:
+        if few and (len(few) == workers or sum(c.nbytes for c in few) + call.nbytes > budget):
+            yield few
+            few = []
+        few.append(call)
+    if few:
+        yield few
 
 
 def _submitted(pool: ThreadPoolExecutor, call: Call) -> Future[tuple[Callable[..., Any], list[Any]]]:
