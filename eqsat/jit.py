@@ -376,7 +376,7 @@ def _too_large_to_run_as_written(program: Program) -> str | None:
         return None
     largest = max(values, key=lambda v: v.type.nbytes)
     return too_large(
-        largest.type.nbytes, io_bytes(program), f"the function as written holds a {largest.type}"
+        largest.type.nbytes, io_bytes(program), f"a {largest.type} the function as written holds"
     )
 
 

@@ -19,7 +19,7 @@ from eqsat.errors import UnsupportedError
 from eqsat.ir import Op, Program, Value
 from eqsat.ops import OPS, Lowering
 from eqsat.ops.linear import matmul_of_transposed
-from eqsat.ops.opaque import OPAQUE_LOWERINGS, RESULT_TYPES, register_opaque
+from eqsat.ops.opaque import OPAQUE_LOWERINGS, RESULT_TYPES, meaning_attrs, register_opaque
 from eqsat.types import FLOAT_DTYPES, OPAQUE
 
 from .control_flow import run_cond, run_loop
@@ -58,7 +58,7 @@ def _meaning(op: Op) -> Lowering:
             f"opaque op {name!r} has no JAX implementation; register one with "
             f"eqsat.lowering.register_opaque({name!r}, fn)"
         )
-    attrs: dict[str, Any] = {k: v for k, v in op.attrs.items() if k != "op"}
+    attrs = meaning_attrs(op.attrs)
     if RESULT_TYPES in inspect.signature(fn).parameters:
         attrs[RESULT_TYPES] = tuple(v.type for v in op.outputs)
     return functools.partial(fn, **attrs)

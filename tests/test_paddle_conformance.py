@@ -110,6 +110,8 @@ CASES = [
             "cumprod-exclusive-reversed": lambda x: paddle._C_ops.cumprod(x, 1, True, True),
             "argmax": lambda x: paddle.argmax(x, axis=1),
             "argmax-keepdim": lambda x: paddle.argmax(x, axis=0, keepdim=True),
+            "argmax-flattened": paddle.argmax,
+            "argmax-flattened-keepdim": lambda x: paddle.argmax(x, keepdim=True),
             "logical_not": lambda x: paddle.logical_not(x > 0),
         }.items()
     ),

@@ -3,10 +3,13 @@ lookups among them (embeddings), the kernel they run as."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
 
 from eqsat.ops import Kernel, Lowering
-from eqsat.types import TensorType
+from eqsat.types import DTYPES, TensorType
 
 OPAQUE_LOWERINGS: dict[str, Lowering] = {}
 RESULT_TYPES = "result_types"
@@ -29,6 +32,17 @@ OPAQUE_KERNELS: dict[str, Callable[[Sequence[TensorType], TensorType], Kernel]] 
 }
 """The kernel an opaque op runs as, by name, where reading all its operands would misprice it (the
 cost models price other opaque ops as one pass over their operands and result)."""
+
+
+def meaning_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """An opaque op's attributes as its meaning takes them: without ``op``, each dtype as JAX computes
+    in it (int64 is int32 without jax_enable_x64: JAX would truncate it anyway, warning from eqsat's
+    code)."""
+    return {
+        k: jax.dtypes.canonicalize_dtype(v) if k.endswith("dtype") and v in DTYPES else v
+        for k, v in attrs.items()
+        if k != "op"
+    }
 
 
 def register_opaque(op_name: str, fn: Lowering) -> None:

@@ -320,12 +320,20 @@ def _axis(axis: Any) -> int:
 
 meaning("pd_op.leaky_relu", lambda x, *, negative_slope, **_: jax.nn.leaky_relu(x, negative_slope))
 meaning("pd_op.clip", lambda x, lo, hi, **_: jnp.clip(x, lo, hi))
-meaning(
-    "pd_op.argmax",
-    lambda x, axis, *, keepdims, dtype="int64", **_: jnp.argmax(
-        x, axis=_axis(axis), keepdims=bool(keepdims)
-    ).astype(dtype),
-)
+
+
+def _argmax(
+    x: jax.Array, axis: Any, *, keepdims: Any, flatten: Any = 0, dtype: Any = "int64", **_: Any
+) -> Any:
+    """``paddle.argmax``: along ``axis``, or over x flattened (no axis given), its result then of
+    rank 0 or, kept, of x's rank, every dim 1."""
+    if flatten:
+        out = jnp.argmax(x.reshape(-1))
+        return (out.reshape((1,) * x.ndim) if keepdims else out).astype(dtype)
+    return jnp.argmax(x, axis=_axis(axis), keepdims=bool(keepdims)).astype(dtype)
+
+
+meaning("pd_op.argmax", _argmax)
 
 
 def _softplus(x: jax.Array, *, beta: float = 1.0, threshold: float = 20.0, **_: Any) -> jax.Array:

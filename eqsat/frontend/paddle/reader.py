@@ -15,7 +15,7 @@ import numpy as np
 from eqsat.errors import ParseError, ShapeError, UnsupportedError
 from eqsat.ir import Op, Program, TensorType, Value, new_op
 from eqsat.ops import OPAQUE, OPS, Lowering
-from eqsat.ops.opaque import OPAQUE_LOWERINGS, register_opaque
+from eqsat.ops.opaque import OPAQUE_LOWERINGS, meaning_attrs, register_opaque
 from eqsat.text import (
     DYNAMIC,
     NULL_TYPE,
@@ -315,7 +315,7 @@ def _folded(line: Line, attrs: dict, constants: list[np.ndarray]) -> list[np.nda
     if fn is None or any(c.size > _MAX_KEPT_CONSTANT for c in constants):
         return None
     try:
-        outs = fn(*constants, **{k: v for k, v in attrs.items() if k != "op"})
+        outs = fn(*constants, **meaning_attrs(attrs))
     except Exception:  # the meaning does not apply to these operands: the op stays as it is
         return None
     outs = [np.asarray(o) for o in (outs if isinstance(outs, tuple | list) else [outs])]
@@ -344,8 +344,11 @@ def _inferred_shapes(
     if fn is None:
         return []
     traced = [i for i in range(len(ins)) if i not in constants]
-    specs = [jax.ShapeDtypeStruct(ins[i].type.shape, ins[i].type.dtype) for i in traced]
-    kwargs = {k: v for k, v in attrs.items() if k != "op"}
+    specs = [
+        jax.ShapeDtypeStruct(ins[i].type.shape, jax.dtypes.canonicalize_dtype(ins[i].type.dtype))
+        for i in traced
+    ]
+    kwargs = meaning_attrs(attrs)
 
     def on_shapes(*xs: jax.Array) -> object:
         args = dict(constants) | dict(zip(traced, xs, strict=True))
