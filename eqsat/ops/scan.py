@@ -24,10 +24,8 @@ _RUNNING = {"add": lax.cumsum, "mul": lax.cumprod, "max": lax.cummax, "min": lax
 
 
 def _highest(dtype: np.dtype) -> Any:
-    """The identity of min: inf, the largest integer, or True."""
-    if jnp.issubdtype(dtype, jnp.floating):
-        return np.inf
-    return True if dtype == np.bool_ else jnp.iinfo(dtype).max
+    """The identity of min: inf, or the largest integer (a scan's operand is never bool)."""
+    return np.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).max
 
 
 def identity(combine: str, dtype: np.dtype) -> Any:
