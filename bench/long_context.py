@@ -222,6 +222,12 @@ def _gib(n: float | None) -> str:
     return "—" if n is None else f"{n / 2**30:.2f} GiB"
 
 
+def _ratios(row: dict[str, Any]) -> tuple[str, str]:
+    """A row's speedup and memory ratio over jax.jit, or dashes where a side was not run."""
+    speedup = f"{row['speedup']:.2f}x" if "speedup" in row else "—"
+    return speedup, f"{row['memory_ratio']:.1f}x" if "memory_ratio" in row else "—"
+
+
 def long_markdown(rows: list[dict[str, Any]]) -> str:
     """The ``--long`` rows: each side's time, peak RSS and XLA's buffer assignment, and the cold call."""
     lines = [
@@ -238,8 +244,7 @@ def long_markdown(rows: list[dict[str, Any]]) -> str:
             fits = r[f"{v}_xla_bytes"] <= FITS * machine_bytes()
             ran = _cell(r[f"{v}_s"], r[f"{v}_peak_rss_bytes"]) if fits else "does not fit, not run"
             sides.append(f"{ran}, XLA {xla}")
-        speedup = f"{r['speedup']:.2f}x" if "speedup" in r else "—"
-        ratio = f"{r['memory_ratio']:.1f}x" if "memory_ratio" in r else "—"
+        speedup, ratio = _ratios(r)
         lines.append(f"| {r['case']} | {first} | {sides[0]} | {sides[1]} | {speedup} | {ratio} |")
     return "\n".join(lines)
 
@@ -251,8 +256,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        speedup = f"{r['speedup']:.2f}x" if "speedup" in r else "—"
-        ratio = f"{r['memory_ratio']:.1f}x" if "memory_ratio" in r else "—"
+        speedup, ratio = _ratios(r)
         eq = _cell(r["eqsat_s"], r["eqsat_peak_rss_bytes"])
         jx = _cell(r["jax_s"], r["jax_peak_rss_bytes"])
         rates = " / ".join(_rate(r.get(k)) for k in ("eqsat_gflops", "jax_gflops", "matmul_peak_gflops"))

@@ -522,7 +522,7 @@ def _cache_key(program: Program, options: Options, cache: bool | None) -> tuple[
         return None, f"not cached: {why}"
     rules_text = [f"{r.name} {r.exact}\n" + "\n".join([*r.prelude, *r.egglog(REWRITES)]) for r in rules]
     # where new kernels may not be timed, a choice can rest on estimates a timing run would replace
-    timing = "untimed" if limits.kernel_seconds <= 0 or config.reproducible else "timed"
+    timing = "timed" if _may_time_kernels(limits) else "untimed"
     return optimization_key(program, [*rules_text, fingerprint, limits.budget(), extractor, timing]), "stored"
 
 
@@ -695,6 +695,12 @@ def _with_groups_taken(
     return best
 
 
+def _may_time_kernels(limits: Limits) -> bool:
+    """Whether kernels not yet timed on this device may be timed: a budget above 0, and not a
+    reproducible build."""
+    return limits.kernel_seconds > 0 and not config.reproducible
+
+
 def _time_kernels(
     graph: Serialized, job: _Job, constants: frozenset[str], program: Program
 ) -> tuple[float, int, int, str]:
@@ -706,7 +712,7 @@ def _time_kernels(
     ``program``'s arguments and results (``eqsat.speed.too_large``: the S x S scores of attention as
     written, at a length where the program is optimized to never hold them) is estimated."""
     t = time.perf_counter()
-    if job.limits.kernel_seconds <= 0 or config.reproducible or not job.model.timed_ops:
+    if not _may_time_kernels(job.limits) or not job.model.timed_ops:
         return 0.0, 0, 0, ""
     began = job.deadline.elapsed()
     decided = io_bytes(program)
