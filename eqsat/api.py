@@ -383,7 +383,9 @@ def optimize_with(
         finally:
             if bar is not None:
                 bar.close()
-        if options.measure or _rests_on_timings(result, model, limits):
+        # a model of no known error (an unmeasured profile of this device, ``Device.measured``) is
+        # checked by measurement wherever it changed the program
+        if options.measure or math.isinf(model.error) or _rests_on_timings(result, model, limits):
             result = _faster_as_measured(result, model, always=not options.measure)
         if key:  # under the timings it used: a later process that reads them hits
             key, status = _cache_key(program, options, cache)

@@ -53,7 +53,12 @@ class Device:
     product writes its result (one over a short contraction, as q kᵀ in attention, is bound by it): the
     write then costs ``written / write_bandwidth`` more. ``kernels``: the ops this backend runs on a
     fused kernel of its own (``eqsat.ops.attention_kernels``), priced as one kernel that reads its
-    operands and writes its result once."""
+    operands and writes its result once where that kernel takes the call (``OpDef.device_kernel``;
+    its rate the entry ``kernel:<op>:<dtype>`` of ``peaks`` where there is one). ``platform``: the JAX
+    backend the profile is of (``cpu``, ``gpu``, ``tpu``). ``measured``: whether its figures were
+    measured (``eqsat.calibrate``, or by hand on such a device) rather than read off a datasheet: a
+    cost model over an unmeasured profile of this device has no known error, so every program it
+    changes is measured before it replaces the program as written (``eqsat.speed.compared``)."""
 
     name: str
     peak_flops: float
@@ -65,6 +70,8 @@ class Device:
     source: str
     peaks: tuple[tuple[str, float], ...] = ()
     kernels: tuple[str, ...] = ()
+    platform: str = "cpu"
+    measured: bool = True
 
     def peak(self, kind: str = "") -> float:
         """Flops per second of a kernel of ``kind`` (see ``ops.contraction_kind``)."""
@@ -140,12 +147,13 @@ class Device:
     def from_json(cls, data: dict[str, Any]) -> Device:
         """A profile from ``to_json``'s data; a ``ValueError`` naming what is missing or not a number."""
         names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in data and n not in ("peaks", "kernels")]
+        optional = ("peaks", "kernels", "platform", "measured")
+        missing = [n for n in names if n not in data and n not in optional]
         if missing:
             raise ValueError(f"a device profile needs {', '.join(missing)}")
         values = {n: data[n] for n in names if n in data}
         try:
-            numbers = {n: float(values[n]) for n in names if n not in ("name", "source", "peaks", "kernels")}
+            numbers = {n: float(values[n]) for n in names if n not in ("name", "source", *optional)}
             peaks = tuple(sorted((str(k), float(v)) for k, v in dict(values.get("peaks", {})).items()))
         except (TypeError, ValueError) as e:
             raise ValueError(f"a device profile's numbers must be numbers: {e}") from None
@@ -153,7 +161,15 @@ class Device:
         if bad:
             raise ValueError(f"a device profile's {bad[0]} must be positive")
         kernels = tuple(str(op) for op in values.get("kernels", ()))
-        return cls(str(values["name"]), **numbers, source=str(values["source"]), peaks=peaks, kernels=kernels)
+        return cls(
+            str(values["name"]),
+            **numbers,
+            source=str(values["source"]),
+            peaks=peaks,
+            kernels=kernels,
+            platform=str(values.get("platform", "cpu")),
+            measured=bool(values.get("measured", True)),
+        )
 
 
 _CPU_PEAK = 1.26e11  # float32 products, fitted (see the cpu profile's source)
@@ -190,16 +206,23 @@ DEVICES: dict[str, Device] = {
         launch_s=5e-6,
         cache_bytes=50 * 2**20,
         cache_bandwidth=1.2e13,
-        loop_step_s=1e-5,
-        peaks=tuple(
-            sorted((f"dot:{w}{d}", 9.89e14) for d in ("bfloat16", "float16") for w in ("", "widened:"))
+        loop_step_s=3.3e-5,
+        peaks=(
+            *sorted((f"dot:{w}{d}", 9.89e14) for d in ("bfloat16", "float16") for w in ("", "widened:")),
+            ("kernel:flash_attention:bfloat16", 3.5e14),
         ),
         kernels=("flash_attention",),
         source="NVIDIA H100 SXM5 datasheet: TF32 Tensor Core 494.7 TFLOPS (dense; JAX's default precision "
         "runs float32 products as TF32 on GPUs), BF16/FP16 Tensor Core 989.4 TFLOPS (dense, float32 "
-        "accumulation), HBM3 3.35 TB/s; 50 MB L2; ~5 µs kernel launch (CUDA launch latency). flash "
-        "attention runs as one cuDNN or Pallas (Triton) kernel (eqsat.ops.attention_kernels); none of "
-        "these figures was measured by this project",
+        "accumulation), HBM3 3.35 TB/s; 50 MB L2; ~5 µs kernel launch (CUDA launch latency). Measured "
+        "once on an H100 80GB HBM3 (jax 0.11.2, bench/device.json, 2026-11-27): cuDNN's flash attention "
+        "(bfloat16, 8 heads of 64, S = 8192, not causal) at 3.5e14 flop/s, and eqsat's own flash "
+        "lowering (XLA's loop over blocks) 1.4e-5 to 7.5e-5 s per block step beyond its roofline "
+        "(median 3.3e-5; S = 2048 to 32768): 4-6x slower than XLA's fusion of the program as written "
+        "where no kernel takes the call. flash attention runs as one cuDNN kernel "
+        "(eqsat.ops.attention_kernels)",
+        platform="gpu",
+        measured=False,
     ),
     "tpu-v5e": Device(
         "tpu-v5e",
@@ -210,6 +233,8 @@ DEVICES: dict[str, Device] = {
         cache_bandwidth=4.0e12,
         loop_step_s=5e-6,
         kernels=("flash_attention",),
+        platform="tpu",
+        measured=False,
         source="Google Cloud TPU v5e system architecture: 197 TFLOPS bf16 per chip, 16 GiB HBM2 at 819 GB/s; "
         "on-chip vector memory modeled as a 48 MiB cache; flash attention runs as one Pallas kernel "
         "(eqsat.ops.attention_kernels); none of these figures was measured by this project",

@@ -103,9 +103,11 @@ class Verdicts:
 
 
 def machine_bytes() -> int:
-    """The machine's physical memory (what it has, not what is free now: a choice may not depend on
-    the load)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """The memory programs run in: an accelerator's (its allocator's limit), else the machine's
+    physical memory (what it has, not what is free now: a choice may not depend on the load)."""
+    device = jax.devices()[0]
+    limit = (device.memory_stats() or {}).get("bytes_limit") if device.platform != "cpu" else None
+    return int(limit) if limit else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def compiled_bytes(compiled: Any) -> int:

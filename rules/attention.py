@@ -168,7 +168,8 @@ def _broadcasts() -> list[tuple[tuple[str, str], tuple[str, ...]]]:
 
 _BROADCASTS = _broadcasts()
 _ATTENTION = Attention("q", "k", "v", "b", "m", **_ATTRS)
-_FLOAT32_SOFTMAX = Attention("q", "k", "v", "b", "m", **{**_ATTRS, "scores_dtype": F32, "softmax_dtype": F32})
+_WIDENED = {"scores_dtype": F32, "softmax_dtype": F32, "product_dtype": F32}
+_FLOAT32_SOFTMAX = Attention("q", "k", "v", "b", "m", **{**_ATTRS, **_WIDENED})
 
 
 def _example(rng: Any, dq: str = F32, ds: str | None = None, dm: str | None = None) -> dict[str | Var, Any]:
@@ -391,8 +392,9 @@ RULES = [
     ),
     Rule(
         "attention-float32-softmax",
-        "half-precision scores and softmax computed in float32 instead (more precise than the program: "
-        "off by default; outputs move by up to a few half-precision ulps, by O(1) where scores are large)",
+        "half-precision q kᵀ, scores and softmax computed in float32 instead, as the GPU's and TPU's "
+        "attention kernels compute them (more precise than the program: off by default; outputs move "
+        "by up to a few half-precision ulps, by O(1) where scores are large)",
         (
             Variant(
                 _ATTENTION, _FLOAT32_SOFTMAX, (half_float(SCORES_DTYPE), differ(SOFTMAX_DTYPE, "float64"))

@@ -20,14 +20,23 @@ def test_the_device_check_runs_and_writes_its_rows(tmp_path):
     device.main(["--smoke", "--out", str(tmp_path / "device")])
     results = json.loads((tmp_path / "device.json").read_text())
     assert results["backend"] == "cpu" and "environment" in results
-    names = [row["case"] for row in results["rows"]]
-    assert len(names) == len(set(names)) == 7
-    for row in results["rows"][4:]:  # Pallas' norms, interpreted
+    rows = results["rows"]
+    names = [row["case"] for row in rows]
+    assert len(names) == len(set(names)) == len(device.cases(smoke=True))
+    attention = [row for row in rows if row["case"].startswith("attention")]
+    norms = [row for row in rows if "pallas_s" in row]
+    models = [row for row in rows if row not in attention and row not in norms]
+    assert (len(attention), len(norms), len(models)) == (6, 3, 2)
+    for row in norms:  # Pallas' norms, interpreted
         assert row["pallas_s"] > 0 and row["max_abs_error"] < 0.1, row
-    for row in results["rows"][:4]:
-        assert row["kernel"] == "xla"  # no GPU kernel on this CPU
-        assert row["eqsat_s"] > 0 and row["jax_s"] > 0 and row["library_s"] > 0
-        assert row["max_abs_error"] < 0.1, row  # bfloat16 attention, outputs and gradients of about 1
+    for row in attention:
+        assert row["kernel"] == row["widened_kernel"] == "xla"  # no GPU kernel on this CPU
+        assert row["eqsat_s"] > 0 and row["jax_s"] > 0 and row["library_s"] > 0 and row["widened_s"] > 0
+        assert not row["out_of_memory"]
+        # bfloat16 attention, outputs and gradients of about 1
+        assert max(row["max_abs_error"], row["widened_max_abs_error"]) < 0.1, row
+    for row in models:
+        assert row["eqsat_s"] > 0 and row["max_abs_error"] < 0.1 and not row["cut_short"], row
 
 
 def test_the_script_says_how_it_is_used():

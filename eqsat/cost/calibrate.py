@@ -308,6 +308,7 @@ def measure(*, quick: bool = False, samples: int = SAMPLES, progress: Progress |
         f"{jax.devices()[0].device_kind}, jax {version('jax')}{notes}",
         peaks=tuple(sorted(peaks.items())),
         kernels=("flash_attention",) if jax.default_backend() in ATTENTION_KERNELS else (),
+        platform=jax.default_backend(),
     )
     say("attention")
     seq = 256 if quick else 512

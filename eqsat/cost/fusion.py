@@ -202,7 +202,7 @@ class XlaFusion(Roofline):
         super().__init__(device)
         self.timings, self.timed_ops = None, frozenset()  # the groups' kernels by the roofline alone
         self.name = f"xla:{self.device.name}"
-        self.epilogues = self.device.name.rsplit(":", 1)[-1] != "cpu"
+        self.epilogues = self.device.platform != "cpu"
 
     def op_cost(
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType

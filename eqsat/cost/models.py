@@ -7,6 +7,7 @@ same signature as ``CostModel.op_cost``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -108,16 +109,20 @@ def phases(
 ) -> list[Kernel]:
     """(flops, bytes) of each kernel an op runs as (see ``OpDef.cost_phases``); opaque ops: one kernel,
     a pass over their operands and result or their own (``ops.opaque.OPAQUE_KERNELS``: lookups).
-    On a ``device`` that runs the op on a fused kernel of its own (``Device.kernels``), that kernel:
-    the op's arithmetic, its operands read and its result written once."""
+    On a ``device`` that runs the op on a fused kernel of its own (``Device.kernels``) where that
+    kernel takes the call (``OpDef.device_kernel``), that kernel: the op's arithmetic, its operands
+    read and its result written once, at the rate ``kernel:<op>:<dtype>``."""
     io = float(sum(t.nbytes for t in inputs) + output.nbytes)
     if op == OPAQUE:
         lookup = OPAQUE_KERNELS.get(str(attrs.get("op")))
         return [lookup(inputs, output) if lookup else Kernel(float(output.size), io)]
-    own = OPS[op].cost_phases(inputs, output, attrs)
-    if device is None or op not in device.kernels or not own:
+    definition = OPS[op]
+    own = definition.cost_phases(inputs, output, attrs)
+    if device is None or op not in device.kernels or not own or definition.device_kernel is None:
         return own
-    return [Kernel(sum(k.flops for k in own), io, kind=own[0].kind)]
+    if definition.device_kernel(inputs, output, attrs, device.platform) is None:
+        return own
+    return [Kernel(sum(k.flops for k in own), io, kind=f"kernel:{op}:{inputs[0].dtype}")]
 
 
 class Flops(CostModel):
@@ -173,6 +178,8 @@ class Roofline(CostModel):
         profile is the roofline alone, unless ``timings`` are given."""
         if device is None:
             device, timings = this_device(), timings or KernelTimes()
+            if not device.measured:  # no known error: every change is measured (see ``Device``)
+                self.error = math.inf
         self.device = get_device(device) if isinstance(device, str) else device
         self.name = f"roofline:{self.device.name}"
         self.timings = timings

@@ -37,6 +37,7 @@ from .base import (
     RESULT_DTYPE,
     SHIFTED,
     Attr,
+    DeviceKernelFn,
     Kernel,
     OpDef,
     PhasesFn,
@@ -357,6 +358,30 @@ def kernel_call(
     )
 
 
+def _device_kernel(ins: Sequence[TensorType], out: TensorType, attrs: dict, platform: str) -> str | None:
+    """The kernel ``platform`` runs a ``flash_attention`` of these operands on (``kernels.route``), or
+    None; a rank-0 bias or mask is taken for no bias or mask (a scalar shifts no softmax)."""
+    q, k, v, bias, mask = ins
+    call = kernels.Call(
+        q.shape,
+        k.shape,
+        v.shape,
+        q.dtype,
+        bias=bias.dtype if bias.shape else None,
+        masked=bool(mask.shape),
+        causal=bool(attrs.get("causal", 0)),
+        fill=attrs.get("fill", -math.inf),
+        scale=attrs["scale"] / attrs.get("divisor", 1.0),
+        scores_dtype=attrs["scores_dtype"],
+        softmax_dtype=attrs["softmax_dtype"],
+        shifted=bool(attrs.get("shifted", 1)),
+        softcap=attrs.get("softcap", 0.0),
+        product_dtype=attrs.get("product_dtype") or attrs["scores_dtype"],
+    )
+    taken = kernels.route(call, on=platform).kernel
+    return None if taken == "xla" else taken
+
+
 def flash_attention(
     q: Array,
     k: Array,
@@ -449,7 +474,12 @@ def flash_attention(
 
 
 def _attention(
-    name: str, doc: str, phases: PhasesFn, lower: object, spellings: tuple[Spelling, ...]
+    name: str,
+    doc: str,
+    phases: PhasesFn,
+    lower: object,
+    spellings: tuple[Spelling, ...],
+    device_kernel: DeviceKernelFn | None = None,
 ) -> OpDef:
     """The attention ops differ only in how they run (their kernels), not in what they compute."""
     return OpDef(
@@ -475,6 +505,7 @@ def _attention(
         check=_attention_operands,
         lower=lower,  # type: ignore[arg-type]
         spellings=spellings,
+        device_kernel=device_kernel,
     )
 
 
@@ -499,5 +530,6 @@ ATTENTION = [
         _flash_phases,
         flash_attention,
         (_causal_attention,),
+        _device_kernel,
     ),
 ]

@@ -1,7 +1,8 @@
 """``flash_attention`` on the kernels JAX ships for each backend, chosen at lowering time.
 
 On a GPU: cuDNN's fused attention (``jax.nn.dot_product_attention(implementation="cudnn")``), then
-Pallas' Triton attention (``pallas.ops.gpu.attention.mha``, with its own backward pass). On a TPU:
+Pallas' Triton attention (``pallas.ops.gpu.attention.mha``, with its own backward pass; half precision
+only: Triton multiplies float32 operands as TF32). On a TPU:
 Pallas' flash attention (``pallas.ops.tpu.flash_attention``, forward and backward). Elsewhere, and for
 any call a kernel does not compute exactly as the program does, eqsat's own lowering
 (``eqsat.ops.attention.flash_attention``): ``route`` names the kernel or every kernel's reason for
@@ -133,8 +134,6 @@ def _refuse_cudnn(call: Call) -> str | None:
     refused = _common(call, ("float16", "bfloat16"))
     if refused:
         return refused
-    if len(call.q) != 4:
-        return f"q of rank {len(call.q)} (takes (batch, heads, length, head dim))"
     if call.q[-1] > 128 or call.q[-1] % 8:
         return f"head dim {call.q[-1]} (takes a multiple of 8 up to 128)"
     if call.bias is not None and call.bias != call.dtype:
@@ -145,7 +144,10 @@ def _refuse_cudnn(call: Call) -> str | None:
 
 
 def _refuse_pallas_gpu(call: Call) -> str | None:
-    refused = _common(call, ("float16", "bfloat16", "float32"))
+    # float32: Triton multiplies float32 operands as TF32 (on an H100, max abs error 4.2e-4 against
+    # the program's 1e-7 at (1, 4, 256, 64): bench/device.json's gpu tests), a precision no program
+    # asked for
+    refused = _common(call, ("float16", "bfloat16"))
     if refused:
         return refused
     if call.bias is not None:
@@ -190,7 +192,13 @@ def _scores_bias(call: Call, bias: Array) -> Array:
 
 
 def _cudnn(call: Call, q: Array, k: Array, v: Array, bias: Array | None, interpreted: bool) -> Array:
-    """(B, N, S, D) -> cuDNN's (B, S, N, D); k and v keep one head for all when they have one."""
+    """(B, N, S, D) -> cuDNN's (B, S, N, D); k and v keep one head for all when they have one (cuDNN's
+    MQA). Other ranks run as (1, q's batch, S, D)."""
+    if q.ndim != 4:
+        full = None if bias is None else _scores_bias(call, bias)
+        heads = [_heads(call, t) for t in (q, k, v)]
+        out = _cudnn(call, heads[0], heads[1], heads[2], full, interpreted)
+        return out.reshape(call.q)
     shared = all(t.shape[:2] == (q.shape[0], 1) for t in (k, v))  # one kv head for all: cuDNN's MQA
     k, v = (t if shared else jnp.broadcast_to(t, (*q.shape[:2], *t.shape[2:])) for t in (k, v))
     full = None if bias is None else jnp.broadcast_to(bias, (*q.shape[:-1], k.shape[-2]))

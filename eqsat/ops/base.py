@@ -67,6 +67,8 @@ def product_kind(operands: str, result: str) -> str:
 
 
 PhasesFn = Callable[[Sequence[TensorType], TensorType, dict], list[Kernel]]
+DeviceKernelFn = Callable[[Sequence[TensorType], TensorType, dict, str], str | None]
+"""``fn(inputs, output, attrs, platform)``: the kernel of its own a backend runs the call on, or None."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,9 @@ class OpDef:
     and Paddle ops (``pd.exp``; Paddle 3 prints ``pd_op.exp``) that mean exactly this op of the same
     operands, with no attributes to translate; spellings that need translating have a handler in
     their frontend instead. An op that no primitive spells (a fused op, an activation) lists
-    ``spellings``: the libraries' code that means it, which the rules recognize.
+    ``spellings``: the libraries' code that means it, which the rules recognize. ``device_kernel``:
+    which kernel of its own a backend (``cpu``, ``gpu``, ``tpu``) runs a call on, None where the
+    lowering's own formulation runs (a cost model prices the call as that kernel only where it runs).
     """
 
     name: str
@@ -128,6 +132,7 @@ class OpDef:
     flops: FlopsFn = elementwise_flops
     bytes: FlopsFn = io_bytes
     phases: PhasesFn | None = None
+    device_kernel: DeviceKernelFn | None = field(default=None, compare=False)
     view: bool = False
     elementwise: bool = False
     same_dtype: tuple[int, ...] = ()
