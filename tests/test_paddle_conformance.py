@@ -101,6 +101,9 @@ CASES = [
             ),
             "cast-int": lambda x: (x * 4).astype("int32"),
             "full_like": lambda x: paddle.full_like(x, 2.5),
+            # Paddle's JSON writes an infinite fill as {"VD": "-INF"}, not a number
+            "full-minus-inf": lambda x: paddle.where(x > 0, x, paddle.full([1], float("-inf"))),
+            "full-inf": lambda x: paddle.minimum(x, paddle.full([1], float("inf"))),
             "cumsum": lambda x: paddle.cumsum(x, axis=1),
             "cumsum-flattened": paddle.cumsum,
             "cumsum-exclusive-reversed": lambda x: paddle._C_ops.cumsum(x, 0, False, True, True),
@@ -233,6 +236,11 @@ CASES = [
     Case("softmax-axis0", lambda x: F.softmax(x, axis=0), (X,)),
     # matmul
     Case("matmul", paddle.matmul, (_x(2, 3, 5), _x(5, 4))),
+    # 1-D operands as numpy's (PP-PicoDet's F.linear(softmax(x), project) with a vector project)
+    Case("matmul-vector-y", paddle.matmul, (_x(6, 8), _x(8))),
+    Case("matmul-vector-x", lambda x, y: paddle.matmul(x, y, transpose_x=True), (_x(3), _x(2, 3, 4))),
+    Case("matmul-vectors", paddle.matmul, (_x(5), _x(5))),
+    Case("bmm", paddle.bmm, (_x(2, 3, 5), _x(2, 5, 4))),
     Case("matmul-transposed", lambda x, y: paddle.matmul(x, y, True, True), (_x(2, 5, 3), _x(4, 5))),
     Case("matmul-transpose_y", lambda x, y: paddle.matmul(x, y, transpose_y=True), (_x(3, 5), _x(4, 5))),
     # normalization, dropout

@@ -45,9 +45,13 @@ def _type(t: dict[str, Any]) -> str:
     return "tensor<" + "".join(f"{d}x" for d in shape) + _TYPE_DTYPES[dtype] + ">"
 
 
+_NOT_FINITE = {"INF": float("inf"), "-INF": float("-inf"), "NaN": float("nan")}
+"""How Paddle writes a float attribute JSON has no number for: ``{"#": "0.a_f64", "VD": "-INF"}``."""
+
+
 def _attr(a: dict[str, Any]) -> Any:
     kind = a["#"].split(".", 1)[-1]
-    data: Any = a.get("D")
+    data: Any = a.get("D", a.get("VD"))
     if kind == "a_array":
         return tuple(_attr(x) for x in data)
     if kind == "a_bool":
@@ -55,7 +59,7 @@ def _attr(a: dict[str, Any]) -> Any:
     if kind in ("a_i32", "a_i64"):
         return int(data)
     if kind in ("a_f32", "a_f64"):
-        return float(data)
+        return _NOT_FINITE[data] if data in _NOT_FINITE else float(data)
     if kind == "a_intarray":
         return tuple(int(d) for d in data)
     if kind in ("a_str", "a_dtype"):

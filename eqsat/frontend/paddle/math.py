@@ -56,12 +56,25 @@ def _softmax(r: _Reader, line: Line) -> list[Value]:
     return [r.add(line, "softmax", [r.tensor(line, line.operands[0])], axis=line.attrs.get("axis", -1))]
 
 
-@handles("pd.matmul")
+@handles("pd.matmul", "pd.bmm")
 def _matmul(r: _Reader, line: Line) -> list[Value]:
+    """``matmul`` (``bmm``: batched, without flags). As numpy's, a 1-D x is a row and a 1-D y a
+    column, whose dim the result drops (their transpose flags mean nothing)."""
     _arity(line, 2)
     x, y = (r.tensor(line, o) for o in line.operands)
     flags = {k: int(_flag(line, k, False)) for k in ("transpose_x", "transpose_y")}
-    return [r.add(line, "matmul", [x, y], **flags)]
+    row, column = len(x.type.shape) == 1, len(y.type.shape) == 1
+    if row:
+        x, flags["transpose_x"] = r.add(line, "reshape", [x], shape=(1, *x.type.shape)), 0
+    if column:
+        y, flags["transpose_y"] = r.add(line, "reshape", [y], shape=(*y.type.shape, 1)), 0
+    out = r.add(line, "matmul", [x, y], **flags)
+    if not (row or column):
+        return [out]
+    shape = out.type.shape
+    dropped = {len(shape) - 2} if row else set()
+    dropped |= {len(shape) - 1} if column else set()
+    return [r.add(line, "reshape", [out], shape=tuple(d for i, d in enumerate(shape) if i not in dropped))]
 
 
 @handles("pd.scale")
