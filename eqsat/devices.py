@@ -219,8 +219,8 @@ DEVICES: dict[str, Device] = {
         "(bfloat16, 8 heads of 64, S = 8192, not causal) at 3.5e14 flop/s, and eqsat's own flash "
         "lowering (XLA's loop over blocks) 1.4e-5 to 7.5e-5 s per block step beyond its roofline "
         "(median 3.3e-5; S = 2048 to 32768): 4-6x slower than XLA's fusion of the program as written "
-        "where no kernel takes the call. flash attention runs as one cuDNN kernel "
-        "(eqsat.ops.attention_kernels)",
+        "where no kernel takes the call. flash attention runs as one cuDNN or Pallas (Triton) kernel "
+        "where one takes the call (eqsat.ops.attention_kernels)",
         platform="gpu",
         measured=False,
     ),
