@@ -267,8 +267,9 @@ def main(argv: list[str] | None = None) -> None:
         "--smoke", action="store_true", help="tiny shapes, no tests: check the script anywhere"
     )
     parser.add_argument(
-        "--out", default=None, help="JSON name under bench/ (default: device, or device_smoke)"
+        "--out", default=None, help="JSON name under bench/ (default: device, or device_smoke), or a path"
     )
+    parser.add_argument("--no-tests", action="store_true", help="skip pytest -m gpu (the benchmark alone)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     device = str(jax.devices()[0].device_kind)
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
         "rows": [],
     }
     name = args.out or ("device_smoke" if args.smoke else "device")
-    if not args.smoke:
+    if not (args.smoke or args.no_tests):
         results["gpu_tests"] = gpu_tests()
         print(f"pytest -m gpu: {results['gpu_tests']['summary']}", flush=True)
     for label, run in cases(args.smoke):
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         results["seconds"] = time.perf_counter() - started
         write(name, results)
         print(_line(label, row), flush=True)
-    print(f"wrote {OUT / (name + '.json')} in {results['seconds']:.0f} s")
+    print(f"wrote {OUT / (name + '.json')} in {results.get('seconds', 0):.0f} s")
 
 
 if __name__ == "__main__":

@@ -215,9 +215,9 @@ DEVICES: dict[str, Device] = {
         source="NVIDIA H100 SXM5 datasheet: TF32 Tensor Core 494.7 TFLOPS (dense; JAX's default precision "
         "runs float32 products as TF32 on GPUs), BF16/FP16 Tensor Core 989.4 TFLOPS (dense, float32 "
         "accumulation), HBM3 3.35 TB/s; 50 MB L2; ~5 µs kernel launch (CUDA launch latency). Measured "
-        "once on an H100 80GB HBM3 (jax 0.11.2, bench/device.json, 2026-11-27): cuDNN's flash attention "
-        "(bfloat16, 8 heads of 64, S = 8192, not causal) at 3.5e14 flop/s, and eqsat's own flash "
-        "lowering (XLA's loop over blocks) 1.4e-5 to 7.5e-5 s per block step beyond its roofline "
+        "once on an H100 80GB HBM3 (jax 0.11.2, bench/device_first_run.json, 2026-11-27): cuDNN's "
+        "flash attention (bfloat16, 8 heads of 64, S = 8192, not causal) at 3.5e14 flop/s, and eqsat's "
+        "own flash lowering (XLA's loop over blocks) 1.4e-5 to 7.5e-5 s per block step beyond its roofline "
         "(median 3.3e-5; S = 2048 to 32768): 4-6x slower than XLA's fusion of the program as written "
         "where no kernel takes the call. flash attention runs as one cuDNN or Pallas (Triton) kernel "
         "where one takes the call (eqsat.ops.attention_kernels)",
