@@ -133,6 +133,34 @@ def test_a_derivative_the_function_defines_is_kept(mode):
     assert "derivatives of its own (custom_vjp_call)" in result.report.note
 
 
+def test_a_checkpointed_region_is_optimized_and_its_gradient_recomputes():
+    """A block under ``jax.checkpoint`` (flax's ``remat``: memory-saving training code wraps every
+    residual block) is seen: its attention is fused. Its gradient is the function's as written, so
+    the backward pass still recomputes the region (the checkpoint is kept) rather than store it."""
+
+    @jax.checkpoint
+    def block(q, k, v):
+        s = jnp.einsum("bqd,bkd->bqk", q, k) / 8.0
+        return jnp.einsum("bqk,bkd->bqd", jax.nn.softmax(s, axis=-1), v)
+
+    def f(q, k, v):
+        return jnp.tanh(block(q, k, v))
+
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(2, 64, 16)), jnp.float32) for _ in range(3))
+    fn = eqsat.jit(f)
+    np.testing.assert_allclose(fn(q, k, v), f(q, k, v), rtol=1e-5, atol=1e-6)
+    (result,) = fn.results.values()
+    assert {"attention", "flash_attention"} & set(result.program.op_counts()), result.program.op_counts()
+    loss = lambda *a: jnp.sum(fn(*a) ** 2)  # noqa: E731
+    grads = jax.grad(loss, (0, 1, 2))(q, k, v)
+    want = jax.grad(lambda *a: jnp.sum(f(*a) ** 2), (0, 1, 2))(q, k, v)
+    for g, w in zip(grads, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    assert "(jax.checkpoint)" in result.report.note
+    assert "remat" in str(jax.make_jaxpr(jax.grad(loss))(q, k, v))
+
+
 @pytest.mark.parametrize("mode", ["optimized", "measure", "input"])
 def test_a_frozen_value_has_no_gradient(mode):
     """``stop_gradient`` is an op of its own, not the identity: the optimized program (its attention

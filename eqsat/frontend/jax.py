@@ -2,8 +2,9 @@
 
 Primitives map onto canonical ops (``dot_general`` of any batch/contracting dims becomes transposes,
 reshapes and a ``matmul``; ``broadcast_in_dim`` a reshape and an ``expand``; multi-axis reductions a
-chain of one-axis ones). Nested ``jit``/``pjit``/``closed_call`` and ``custom_jvp_call``/``custom_vjp_call``
-are inlined, except ``custom_jvp_call`` of ``jax.nn.relu``, which becomes ``relu``. Every other primitive
+chain of one-axis ones). Nested ``jit``/``pjit``/``closed_call``, ``custom_jvp_call``/``custom_vjp_call``
+and ``jax.checkpoint`` regions are inlined, except ``custom_jvp_call`` of ``jax.nn.relu``, which
+becomes ``relu``. Every other primitive
 becomes an ``opaque`` op that re-binds the primitive with its params when lowered, so any traceable
 function still runs. Closed-over arrays become parameters with values; pytrees in and out are kept.
 """
@@ -47,12 +48,17 @@ _INLINE = {
     "closed_call",
     "core_call",
     "remat",
+    "remat2",
     "checkpoint",
     "custom_vjp_call",
     "custom_vjp_call_jaxpr",
     "custom_jvp_call",
 }
 _RECOGNIZED_CUSTOM_JVP = {"relu": "relu"}
+_REMAT = {"remat", "remat2", "checkpoint"}
+"""``jax.checkpoint`` (flax's ``remat``): the forward is the body's, inlined; what it changes is how
+the function is differentiated (what is kept for the backward pass, what is recomputed), so the
+gradient is the function's as written, as for derivatives a function defines (``own_derivatives``)."""
 
 
 @dataclass
@@ -62,8 +68,9 @@ class Traced:
     ``closed_over``: values of an enclosing trace (``eqsat.jit`` inside ``jax.jit``) the function
     closes over; they are the program's parameters without values, in order, and must be passed
     after the inputs when the lowered program runs. ``own_derivatives``: the functions with a
-    derivative of their own (``jax.custom_jvp``, ``jax.custom_vjp``) that the program inlines, whose
-    derivative the program therefore does not have.
+    derivative of their own (``jax.custom_jvp``, ``jax.custom_vjp``, and ``jax.checkpoint`` regions,
+    which say what the backward pass recomputes) that the program inlines, whose derivative the
+    program therefore does not have.
     """
 
     program: Program
@@ -156,8 +163,8 @@ class _Tracer:
         if name in _INLINE:
             inner = params.get("jaxpr", params.get("call_jaxpr", params.get("fun_jaxpr")))
             if inner is not None:
-                if name.startswith("custom_"):
-                    self.own_derivatives.append(custom or name)
+                if name.startswith("custom_") or name in _REMAT:
+                    self.own_derivatives.append(custom or ("jax.checkpoint" if name in _REMAT else name))
                 return self.run(inner, ins)
         handler = _HANDLERS.get(name)
         return handler(self, ins, **params) if handler else self.opaque(eqn, ins)
