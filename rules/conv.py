@@ -31,6 +31,7 @@ from .terms import (
     Full,
     Matmul,
     Mul,
+    Neg,
     Operand,
     Reshape,
     Rsqrt,
@@ -153,6 +154,28 @@ def _written_out(rank: int, axis: int) -> tuple[Variant, ...]:
         )
         for f in factors
     )
+
+
+def _distributed(rank: int, axis: int) -> tuple[Variant, ...]:
+    """Keras's batch norm (keras/src/backend/jax/nn.py): inv = rsqrt(var + eps) * scale, then
+    x * inv + ((-mean) * inv + offset), each vector reshaped to broadcast along ``axis`` — as Keras
+    writes it, and as ``layout.drop_unit_dims`` leaves it (the vector arithmetic at rank 1, inv and
+    the offset each reshaped as a whole)."""
+
+    def along(v: str) -> str:
+        return Reshape(v, shape="s")
+
+    def inverse(v: str, scale: str) -> str:
+        return Mul(Rsqrt(Add(v, Full(shape=SCALAR, value="eps", dtype="d"))), scale)
+
+    spread = inverse(along("v"), along("sc"))
+    vector = inverse("v", "sc")
+    forms = (
+        Add(Mul("y", spread), Add(Mul(Neg(along("m")), spread), along("b"))),
+        Add(Mul("y", along(vector)), along(Add(Mul(Neg("m"), vector), "b"))),
+    )
+    guards = (*_per_channel(rank, axis, *_STATS), equal("d", dtype_of("y")))
+    return tuple(Variant(lhs, BatchNorm("y", *_STATS, epsilon="eps", axis=axis), guards) for lhs in forms)
 
 
 def _conv_example(rng: Any) -> dict[str | Var, Any]:
@@ -471,6 +494,14 @@ RULES = [
         "batch-norm-written-out",
         "batch norm written out elementwise (as flax's BatchNorm traces) is the batch_norm op",
         tuple(v for rank, axis in _RANK_AXES for v in _written_out(rank, axis)),
+        _affine_example,
+        exact=False,
+    ),
+    Rule(
+        "batch-norm-distributed",
+        "batch norm in Keras's order, x * inv + (-mean * inv + offset) with inv = rsqrt(var + eps) * "
+        "scale, is the batch_norm op (which subtracts the mean first)",
+        tuple(v for rank, axis in _RANK_AXES for v in _distributed(rank, axis)),
         _affine_example,
         exact=False,
     ),

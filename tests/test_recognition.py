@@ -271,8 +271,12 @@ def test_penzai_attention_over_named_axes_is_one_op(batch, dtype):
 
 
 def _batch_norm_spellings(layout: str) -> dict[str, Any]:
-    """A conv and a batch norm at inference written three ways, the statistics closed over as users
-    hold them: divided by the root, times rsqrt, and precomputed as y * s + t."""
+    """A conv and a batch norm at inference written four ways, the statistics closed over as users
+    hold them: divided by the root, times rsqrt, precomputed as y * s + t, and Keras's own function
+    (x * inv + (-mean * inv + offset))."""
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    from keras.src.backend.jax.nn import batch_normalization
+
     rng = np.random.default_rng(3)
     nchw = layout == "NCHW"
     w = jnp.asarray(rng.normal(size=(4, 3, 3, 3) if nchw else (3, 3, 3, 4)), jnp.float32)
@@ -297,10 +301,13 @@ def _batch_norm_spellings(layout: str) -> dict[str, Any]:
             + per_channel(beta)
         ),
         "precomputed": lambda x: conv(x) * per_channel(s) + per_channel(beta - mean * s),
+        "keras": lambda x: batch_normalization(
+            conv(x), mean, var, axis=1 if nchw else 3, offset=beta, scale=gamma, epsilon=1e-5
+        ),
     }
 
 
-@pytest.mark.parametrize("spelling", ["divided", "rsqrt", "precomputed"])
+@pytest.mark.parametrize("spelling", ["divided", "rsqrt", "precomputed", "keras"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_batch_norm_in_any_spelling_folds_into_the_conv(layout, spelling):
     fn = _batch_norm_spellings(layout)[spelling]
