@@ -50,6 +50,7 @@ from .terms import (
     Tanh,
     Var,
     append,
+    at_most,
     differ,
     dim,
     dtype_of,
@@ -341,6 +342,21 @@ RULES = [
             ),
         ),
         _example,
+    ),
+    Rule(
+        "scores-bias-scaled",
+        "(q kᵀ + b) · c, a scale of magnitude at most 1 applied after the bias (keras-hub Falcon's ALiBi "
+        "added before the 1/sqrt(d) factor), is the product scaled by c plus the bias b · c (two roundings "
+        "where there was one; neither product can overflow)",
+        (
+            Variant(
+                Scale(_scores("b", 1.0, 1.0, 0.0), scale=SCALE),
+                _scores(Scale("b", scale=SCALE), SCALE, 1.0, 0.0),
+                (at_most(SCALE, 1.0), at_most(-1.0, SCALE)),
+            ),
+        ),
+        _example,
+        exact=False,
     ),
     Rule(
         "attention-fuse",

@@ -109,8 +109,20 @@ def subtracted_bias(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -
     return jax.nn.softmax(scores, axis=-1) @ v
 
 
+def alibi_before_the_scale(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """keras-hub Falcon: ALiBi's per-head linear bias added to q kᵀ before the 1/sqrt(d) factor, then
+    a masked softmax."""
+    heads, seq = q.shape[1], k.shape[2]
+    slopes = 2.0 ** (-8.0 * jnp.arange(1, heads + 1) / heads)
+    alibi = (slopes[:, None] * jnp.arange(seq)[None, :])[None, :, None, :].astype(q.dtype)
+    scores = (jnp.einsum("bhqd,bhkd->bhqk", q, k) + alibi) * (1.0 / np.sqrt(q.shape[-1])).astype(q.dtype)
+    scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+    return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
+
+
 IDIOMS = [
     zeroed_after_softmax,
+    alibi_before_the_scale,
     unshifted_softmax,
     normalized_after_product,
     hf_bert_head_mask,
