@@ -266,6 +266,22 @@ def _slice_meaning(
 meaning("pd_op.slice", _slice_meaning)
 
 
+def _strided_slice_meaning(
+    x: jax.Array, starts: Any, ends: Any, strides: Any, *, axes: tuple[int, ...], **_: Any
+) -> jax.Array:
+    """``pd_op.strided_slice`` (``x[:, 0::2]``: Swin's patch merging, rotary embeddings' even and odd
+    features): ``start:end:stride`` along each of ``axes``, as Python slices them (a negative stride
+    walks back; bounds past either end are clipped)."""
+    index = [slice(None)] * x.ndim
+    bounds = (np.asarray(b).ravel() for b in (starts, ends, strides))
+    for axis, start, end, stride in zip(axes, *bounds, strict=True):
+        index[axis] = slice(int(start), int(end), int(stride))
+    return x[tuple(index)]
+
+
+meaning("pd_op.strided_slice", _strided_slice_meaning)
+
+
 @handles("pd.assign_value_")
 def _assign_value(r: _Reader, line: Line) -> list[Value]:
     """``pd.assign_value_(x) {shape, values}`` (``paddle.to_tensor`` in ``to_static`` code): a constant
