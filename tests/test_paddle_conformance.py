@@ -299,6 +299,22 @@ CASES = [
     Case("pool2d-adaptive-uneven-keep", lambda x: F.adaptive_avg_pool2d(x, (None, 3)), (IMAGE,)),
     Case("max_pool2d_with_index-keep", lambda x: F.adaptive_max_pool2d(x, (2, None)), (IMAGE,)),
     Case("nearest_interp", lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), (IMAGE,)),
+    # 1-D and 3-D resizes (PP-MobileSeg's linear_interp)
+    Case(
+        "linear_interp",
+        lambda x: F.interpolate(x, size=[11], mode="linear", data_format="NCW"),
+        (_x(1, 3, 7),),
+    ),
+    Case(
+        "linear_interp-corners",
+        lambda x: F.interpolate(x, scale_factor=1.5, mode="linear", align_corners=True, data_format="NCW"),
+        (_x(2, 3, 6),),
+    ),
+    Case(
+        "trilinear_interp",
+        lambda x: F.interpolate(x, size=[3, 5, 4], mode="trilinear", data_format="NCDHW"),
+        (_x(1, 2, 2, 3, 3),),
+    ),
     Case("nearest_interp-size", lambda x: F.interpolate(x, size=[5, 10], mode="nearest"), (IMAGE,)),
     Case("bilinear_interp", lambda x: F.interpolate(x, size=[9, 4], mode="bilinear"), (IMAGE,)),
     Case(

@@ -558,29 +558,30 @@ def _source_index(
 def _interpolate(
     x: jax.Array, *tensors: jax.Array, interp_method: str, operands: str | None = None, **attrs: Any
 ) -> jax.Array:
-    """``nearest_interp`` / ``bilinear_interp`` (NCHW) to out_h × out_w (or by ``scale``), with Paddle's
-    align_corners and align_mode: nearest reads floor(i · ratio); bilinear blends the two neighbours of
-    (i + 0.5) · ratio - 0.5 (align_mode 0) or of i · ratio (align_mode 1), clamped to the input. As
-    Paddle sizes it: a ``size_tensor`` list gives the size (no scale); else the scale (``scale_tensor``,
-    else the attribute) and then an ``out_size`` tensor (such as another tensor's shape) override
-    out_h and out_w."""
+    """``nearest_interp`` and ``linear_interp`` / ``bilinear_interp`` / ``trilinear_interp`` (NCW,
+    NCHW, NCDHW) to out_w, out_h × out_w or out_d × out_h × out_w (or by ``scale``), with Paddle's
+    align_corners and align_mode: nearest reads floor(i · ratio); the linear modes blend, along each
+    axis, the two neighbours of (i + 0.5) · ratio - 0.5 (align_mode 0) or of i · ratio (align_mode 1),
+    clamped to the input. As Paddle sizes it: a ``size_tensor`` list gives the size (no scale); else
+    the scale (``scale_tensor``, else the attribute) and then an ``out_size`` tensor (such as another
+    tensor's shape) override the out_* attributes."""
     op = f"pd_op.{interp_method}_interp"
     out_size, sizes, scale_tensor = _optional(tensors, operands, 1, 3)
-    height, width = x.shape[-2:]
+    spatial = x.ndim - 2
+    shape = x.shape[2:]
     scale = [float(s) for s in attrs.get("scale", ())]
     if scale_tensor is not None:
         scale = _known_numbers(op, "scale", scale_tensor)
-    scale = (scale * 2)[:2] if scale else [0.0, 0.0]
-    out_h = attrs["out_h"] if attrs["out_h"] > 0 else int(height * scale[0])
-    out_w = attrs["out_w"] if attrs["out_w"] > 0 else int(width * scale[1])
+    scale = (scale * spatial)[:spatial] if scale else [0.0] * spatial
+    given = [attrs.get(name, -1) for name in ("out_d", "out_h", "out_w")[-spatial:]]
+    outs = [o if o > 0 else int(size * s) for o, size, s in zip(given, shape, scale, strict=True)]
     if out_size is not None:
-        out_h, out_w = (int(v) for v in _known_numbers(op, "output size", out_size)[:2])
+        outs = [int(v) for v in _known_numbers(op, "output size", out_size)[:spatial]]
     if sizes:
-        out_h, out_w = (int(v) for v in _known_numbers(op, "output size", sizes)[:2])
-        scale = [0.0, 0.0]
+        outs = [int(v) for v in _known_numbers(op, "output size", sizes)[:spatial]]
+        scale = [0.0] * spatial
     corners = bool(attrs.get("align_corners", 0))
-    for axis, (size, out, s) in enumerate(zip((height, width), (out_h, out_w), scale, strict=True)):
-        axis = x.ndim - 2 + axis
+    for axis, (size, out, s) in enumerate(zip(shape, outs, scale, strict=True), start=2):
         if interp_method == "nearest":
             src = _source_index(out, size, s or None, corners, half_pixel=False)
             index = jnp.clip(jnp.round(src) if corners else jnp.floor(src), 0, size - 1).astype(jnp.int32)
@@ -598,5 +599,5 @@ def _interpolate(
 meaning("pd_op.group_norm", _group_norm)
 meaning("pd_op.instance_norm", _instance_norm)
 meaning("pd_op.max_pool2d_with_index", _adaptive_max_with_index)
-meaning("pd_op.nearest_interp", _interpolate)
-meaning("pd_op.bilinear_interp", _interpolate)
+for _method in ("nearest", "linear", "bilinear", "trilinear"):
+    meaning(f"pd_op.{_method}_interp", _interpolate)
