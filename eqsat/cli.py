@@ -86,6 +86,9 @@ def _optimize(args: argparse.Namespace) -> int:
             cache=False if args.no_cache else None,
             measure=args.measure,
         )
+    except eqsat.MiscompileError as e:  # --verify found a difference: exit 1, as its help says
+        print(f"eqsat: verify failed: {e}", file=sys.stderr)
+        return 1
     finally:
         progress.close()
     if not args.quiet:

@@ -28,7 +28,6 @@ def test_version_is_the_projects_installed_or_not(monkeypatch, capsys):
     import importlib.metadata
     import tomllib
 
-    import eqsat
     import eqsat.version
 
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
@@ -200,3 +199,15 @@ def test_calibrate_times_the_kernels_of_given_programs_once(tmp_path, monkeypatc
     assert list(tmp_path.glob("kernels-*.json"))
     assert main(["calibrate", "--kernels", str(conv)]) == 0
     assert ": 0 kernels timed" in capsys.readouterr().out
+
+
+def test_a_failed_check_exits_1_as_its_help_says(monkeypatch, capsys):
+    """``--check`` finding the programs apart is exit status 1 (a user error is 2)."""
+    import eqsat.verify
+
+    def differs(*args, **kwargs):
+        raise eqsat.MiscompileError("output 0 (out) on normal inputs: max abs difference 1")
+
+    monkeypatch.setattr(eqsat.verify, "validate", differs)
+    assert main(["optimize", str(PIR / "drr_transpose_before.pir"), "-q", "--check", "--no-cache"]) == 1
+    assert "verify failed: output 0 (out)" in capsys.readouterr().err

@@ -95,6 +95,20 @@ def test_bad_pir_names_line_op_and_reason(case):
     assert info.value.line == line and info.value.op
 
 
+def test_an_untranslated_op_with_a_dynamic_result_is_named_not_its_reader():
+    """An op eqsat has no meaning for, whose result Paddle left dynamic (-1): the error names that op
+    and its line (not the op that reads the result), and says no shapes= binding would help."""
+    text = _pir(
+        ' (%1) = "pd.my_gather" (%0) {} : (pd.tensor<2x3xf32>) -> pd.tensor<-1x3xf32>',
+        ' (%2) = "pd.relu" (%1) {} : (pd.tensor<-1x3xf32>) -> pd.tensor<-1x3xf32>',
+        ' (%3) = "pd.fetch" (%2) {name:out} : (pd.tensor<-1x3xf32>) -> pd.tensor<-1x3xf32>',
+    )
+    with pytest.raises(ParseError, match="does not translate this op") as info:
+        eqsat.parse_pir(text)
+    assert (info.value.line, info.value.op) == (3, "pd.my_gather"), info.value
+    assert "line 4 (pd.relu)" in str(info.value) and "shapes=" not in str(info.value)
+
+
 def test_program_without_fetch_is_an_error():
     with pytest.raises(ParseError, match=r"no pd\.fetch"):
         eqsat.parse_pir(_pir())

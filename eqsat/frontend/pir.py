@@ -26,7 +26,7 @@ from pathlib import Path
 
 from eqsat.errors import ParseError
 from eqsat.frontend.paddle import control_flow, layout, math, nn, values  # noqa: F401  (their ops)
-from eqsat.frontend.paddle.reader import HANDLERS, _read, _Reader, claim_spellings
+from eqsat.frontend.paddle.reader import HANDLERS, UntranslatedError, _read, _Reader, claim_spellings
 from eqsat.frontend.paddle_json import json_lines
 from eqsat.frontend.paddle_params import Params, bind_params
 from eqsat.ir import Program, Value
@@ -80,7 +80,7 @@ def _with_shape_hint(error: ParseError, r: _Reader, shapes: Mapping[str, Sequenc
     """``error``, saying which inputs' dynamic dims were taken as ``DYNAMIC_DEFAULT`` for want of a
     size: a program that fails at those sizes needs them bound (an image's height and width)."""
     guessed = {name: declared for name, declared in r.program.dynamic.items() if name not in (shapes or {})}
-    if not guessed:
+    if not guessed or isinstance(error, UntranslatedError):
         return error
     which = ", ".join(f"{name!r} declared {list(d)}" for name, d in guessed.items())
     hint = (

@@ -74,7 +74,9 @@ class _Reader:
         self.env: dict[str, Value | list[Value]] = {}
         self.consts: dict[int, np.ndarray] = {}  # id(value) -> known constant contents
         self.int_arrays: dict[str, tuple[int, ...]] = {}  # %name -> contents of pd.full_int_array
-        self.dynamic: set[int] = set()  # ids of opaque results whose declared shape has -1 dims
+        # results that may not be read, by id, with the line that made them: opaque results whose
+        # declared shape has -1 dims, and results a handler does not compute (dropout's mask)
+        self.dynamic: dict[int, Line] = {}
         self.read: set[int] = set()  # ids of values some op reads
         self.ranges: dict[int, _Range] = {}  # id(value) -> an arange whose length depends on values
 
@@ -104,10 +106,9 @@ class _Reader:
                 line=line.number,
                 op=line.name,
             )
-        if id(v) in self.dynamic:
-            raise ParseError(
-                f"{name} has a dynamic shape (-1) that Paddle did not resolve", line=line.number, op=line.name
-            )
+        made = self.dynamic.get(id(v))
+        if made is not None:
+            raise _unreadable(name, made, line)
         if v is None:
             if name in self.int_arrays:
                 return self.materialize(name)
@@ -291,7 +292,7 @@ def _opaque(r: _Reader, line: Line) -> Results:
         for t in _types(line, text):
             if t.strip() == NULL_TYPE:  # an absent result: a placeholder nothing may read
                 group.append(Value(TensorType((), "uint8")))
-                r.dynamic.add(id(group[-1]))
+                r.dynamic[id(group[-1])] = line
                 continue
             shape, dtype = _parse_type(line, t)
             known = inferred.pop(0) if inferred else None
@@ -299,7 +300,7 @@ def _opaque(r: _Reader, line: Line) -> Results:
                 shape = tuple(k if d == DYNAMIC else d for d, k in zip(shape, known, strict=True))
             value = Value(TensorType(tuple(0 if d == DYNAMIC else d for d in shape), dtype))
             if DYNAMIC in shape:  # e.g. batch_norm's unused saved statistics
-                r.dynamic.add(id(value))
+                r.dynamic[id(value)] = line
             group.append(value)
         outs.extend(group)
         results.append(group if text.strip().startswith("vec[") else group[0])
@@ -457,6 +458,31 @@ def _check_operands(r: _Reader, line: Line) -> None:
             raise ParseError(
                 f"operand {name} is {value.type} but the line declares {want}", line=line.number, op=line.name
             )
+
+
+class UntranslatedError(ParseError):
+    """An op eqsat neither translates nor has a meaning for left a result whose shape Paddle did not
+    resolve, and another op reads it: the op is named (binding the inputs' shapes cannot help)."""
+
+
+def _unreadable(name: str, made: Line, line: Line) -> ParseError:
+    """The error of ``line`` reading ``name``, which ``made`` left unreadable: blamed on ``made`` where
+    it is an op eqsat has no meaning for."""
+    if _canonical(made.name) in HANDLERS:
+        why = f"{name}, a result of line {made.number} ({made.name}), is not computed at inference"
+        return ParseError(f"{why}: nothing may read it", line=line.number, op=line.name)
+    if made.name not in OPAQUE_LOWERINGS:
+        return UntranslatedError(
+            f"eqsat does not translate this op and has no meaning for it, so the shape of its result "
+            f"{name} stays dynamic (-1) as Paddle left it, and line {line.number} ({line.name}) reads it "
+            "(eqsat.lowering.register_opaque gives an op its meaning)",
+            line=made.number,
+            op=made.name,
+        )
+    why = f"{name}, the result of line {made.number} ({made.name}), has a dynamic shape (-1)"
+    return ParseError(
+        f"{why} that Paddle did not resolve and its meaning could not infer", line=line.number, op=line.name
+    )
 
 
 def _canonical(name: str) -> str:
