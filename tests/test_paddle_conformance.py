@@ -93,6 +93,8 @@ CASES = [
             "leaky_relu": lambda x: F.leaky_relu(x, 0.1),
             "clip": lambda x: paddle.clip(x, -0.5, 0.5),
             "pow-scalar": lambda x: paddle.pow(x, 3.0),
+            "pow-fractional": lambda x: paddle.pow(paddle.abs(x) + 0.5, 1.7),
+            "pow-int": lambda x: paddle.pow((x * 4).astype("int32"), 3),
             "scale-after": lambda x: paddle.scale(x, 2.0, 1.0),
             "scale-before": lambda x: paddle.scale(x, 2.0, 1.0, bias_after_scale=False),
             "scale-int": lambda x: paddle.scale((x * 4).astype("int64"), 3.0, -2.0),

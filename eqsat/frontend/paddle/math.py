@@ -210,12 +210,17 @@ def _scan(r: _Reader, line: Line) -> list[Value]:
 
 @handles("pd.square", "pd.pow")
 def _square(r: _Reader, line: Line) -> Results:
-    """``pd.square`` and ``pd.pow {y:2}`` are x * x; other powers stay opaque."""
+    """``pd.square`` and ``pd.pow {y:2}`` are x * x; another constant power of a float x is ``pow`` of
+    the exponent in x's dtype (as Paddle computes it: T5's GELU writes ``pow(x, 3.0)``); of an integer
+    x it stays opaque, with Paddle's meaning."""
     _arity(line, 1)
-    if _canonical(line.name) == "pd.pow" and line.attrs.get("y") != 2:
-        return _opaque(r, replace(line, name="pd_op.pow"))
     x = r.tensor(line, line.operands[0])
-    return [r.add(line, "mul", [x, x])]
+    y = line.attrs.get("y")
+    if _canonical(line.name) == "pd.square" or y == 2:
+        return [r.add(line, "mul", [x, x])]
+    if x.type.dtype not in FLOAT_DTYPES or not isinstance(y, int | float):
+        return _opaque(r, replace(line, name="pd_op.pow"))
+    return [r.add(line, "pow", [x, r.scalar(line, float(y), x.type.dtype)])]
 
 
 @handles("pd.silu", "pd.swish")
