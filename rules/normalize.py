@@ -119,10 +119,6 @@ def _example(rng: Any) -> dict[str, Any]:
     return {"y": TensorType(shape, F32), "u": TensorType(shape, F32), **small}
 
 
-def _positive_example(rng: Any) -> dict[str, Any]:
-    return {**_example(rng), "u": TensorType(rand_shape(rng, 2), F32)}
-
-
 def _conv(layout: str, w: str = "w") -> str:
     return Conv2d("x", w, strides="st", padding="p", dilations="dl", groups="g", layout=layout)
 

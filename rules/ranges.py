@@ -84,7 +84,6 @@ _A, _B = _bounds("a"), _bounds("b")
 LA, HA, TA, LB = var("la"), var("ha"), var("ta"), var("lb")
 _PRODUCTS = (LA * "lb", LA * "hb", HA * "lb", HA * "hb")
 _QUOTIENTS = (LA / "lb", LA / "hb", HA / "lb", HA / "hb")
-_LARGEST_B = largest(magnitude("lb"), magnitude("hb"))
 
 RANGES: tuple[str, ...] = (
     _rule(Full(shape="s", value="v", dtype="d"), (differ("v", 0.0),), _set("t", "v", "v", magnitude("v"))),

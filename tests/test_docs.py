@@ -190,3 +190,17 @@ def test_a_listing_in_the_docs_is_what_the_cli_prints(page, heading, command):
     does: a rule or an op added, renamed or reworded without regenerating the listing fails here."""
     listing = update_listings.listing((ROOT / "docs" / page).read_text(), heading)
     assert listing == update_listings.printed(command), "run: python scripts/update_listings.py"
+
+
+def test_the_architecture_page_names_every_module():
+    """docs/architecture.md's layout names each source module (by its file's name), so a new module
+    is placed in the layers there when it is added."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    modules = [
+        p
+        for folder in ("eqsat", "rules", "lowering")
+        for p in (ROOT / folder).rglob("*.py")
+        if p.name != "__init__.py" and "__pycache__" not in p.parts
+    ]
+    missing = [str(p.relative_to(ROOT)) for p in modules if p.stem not in text]
+    assert not missing, f"docs/architecture.md does not name: {', '.join(sorted(missing))}"
