@@ -127,7 +127,7 @@ def _dropout(r: _Reader, line: Line) -> Results:
     x = r.tensor(line, line.operands[0])
     out = _downscaled(r, line, x) if _DROPOUT_MODES[str(mode)] else x
     mask = Value(TensorType(x.type.shape, "uint8"))
-    r.dynamic[id(mask)] = line
+    r.dynamic[id(mask)] = (line, True)
     return [out, mask][: len(line.results)]
 
 

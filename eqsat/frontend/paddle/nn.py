@@ -221,7 +221,7 @@ def _batch_norm(r: _Reader, line: Line) -> Results:
     epsilon = float(line.attrs.get("epsilon", 1e-5))  # type: ignore[arg-type]
     y = r.add(line, "batch_norm", [x, scale, bias, mean, var], epsilon=epsilon, axis=axis)
     reserve = Value(TensorType((0,), "uint8"))
-    r.dynamic[id(reserve)] = line
+    r.dynamic[id(reserve)] = (line, True)
     return [y, mean, var, mean, var, reserve][: len(line.results)]
 
 

@@ -74,9 +74,9 @@ class _Reader:
         self.env: dict[str, Value | list[Value]] = {}
         self.consts: dict[int, np.ndarray] = {}  # id(value) -> known constant contents
         self.int_arrays: dict[str, tuple[int, ...]] = {}  # %name -> contents of pd.full_int_array
-        # results that may not be read, by id, with the line that made them: opaque results whose
-        # declared shape has -1 dims, and results a handler does not compute (dropout's mask)
-        self.dynamic: dict[int, Line] = {}
+        # results that may not be read, by id: the line that made them, and whether the result is
+        # absent (dropout's mask at inference, a NULL result) rather than of a shape Paddle left -1
+        self.dynamic: dict[int, tuple[Line, bool]] = {}
         self.read: set[int] = set()  # ids of values some op reads
         self.ranges: dict[int, _Range] = {}  # id(value) -> an arange whose length depends on values
 
@@ -106,9 +106,8 @@ class _Reader:
                 line=line.number,
                 op=line.name,
             )
-        made = self.dynamic.get(id(v))
-        if made is not None:
-            raise _unreadable(name, made, line)
+        if id(v) in self.dynamic:
+            raise _unreadable(name, *self.dynamic[id(v)], line)
         if v is None:
             if name in self.int_arrays:
                 return self.materialize(name)
@@ -292,7 +291,7 @@ def _opaque(r: _Reader, line: Line) -> Results:
         for t in _types(line, text):
             if t.strip() == NULL_TYPE:  # an absent result: a placeholder nothing may read
                 group.append(Value(TensorType((), "uint8")))
-                r.dynamic[id(group[-1])] = line
+                r.dynamic[id(group[-1])] = (line, True)
                 continue
             shape, dtype = _parse_type(line, t)
             known = inferred.pop(0) if inferred else None
@@ -300,7 +299,7 @@ def _opaque(r: _Reader, line: Line) -> Results:
                 shape = tuple(k if d == DYNAMIC else d for d, k in zip(shape, known, strict=True))
             value = Value(TensorType(tuple(0 if d == DYNAMIC else d for d in shape), dtype))
             if DYNAMIC in shape:  # e.g. batch_norm's unused saved statistics
-                r.dynamic[id(value)] = line
+                r.dynamic[id(value)] = (line, False)
             group.append(value)
         outs.extend(group)
         results.append(group if text.strip().startswith("vec[") else group[0])
@@ -465,10 +464,10 @@ class UntranslatedError(ParseError):
     resolve, and another op reads it: the op is named (binding the inputs' shapes cannot help)."""
 
 
-def _unreadable(name: str, made: Line, line: Line) -> ParseError:
-    """The error of ``line`` reading ``name``, which ``made`` left unreadable: blamed on ``made`` where
-    it is an op eqsat has no meaning for."""
-    if _canonical(made.name) in HANDLERS:
+def _unreadable(name: str, made: Line, absent: bool, line: Line) -> ParseError:
+    """The error of ``line`` reading ``name``, which ``made`` left unreadable (``absent``: a result it
+    does not compute): blamed on ``made`` where it is an op eqsat has no meaning for."""
+    if absent:
         why = f"{name}, a result of line {made.number} ({made.name}), is not computed at inference"
         return ParseError(f"{why}: nothing may read it", line=line.number, op=line.name)
     if made.name not in OPAQUE_LOWERINGS:
