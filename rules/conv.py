@@ -131,21 +131,29 @@ def _bias(rank: int, axis: int) -> tuple[Variant, ...]:
     return reshaped, Variant(BatchNorm(Add("y", "c"), *_STATS, epsilon="eps", axis=axis), moved, guards[:-1])
 
 
+def _root(v: str) -> str:
+    """rsqrt(v + eps): a batch norm's root, as its elementwise forms write it."""
+    return Rsqrt(Add(v, Full(shape=SCALAR, value="eps", dtype="d")))
+
+
+def _written_guards(rank: int, axis: int) -> tuple[str, ...]:
+    """Guards of a batch norm written elementwise: per-channel statistics along ``axis``, and eps in
+    y's dtype."""
+    return (*_per_channel(rank, axis, *_STATS), equal("d", dtype_of("y")))
+
+
 def _written_out(rank: int, axis: int) -> tuple[Variant, ...]:
     """flax's BatchNorm at inference: (y - mean) * (rsqrt(var + eps) * scale) + bias, the vectors
     reshaped to broadcast along ``axis`` — as traced, with the factor reshaped as a whole (after
     ``layout.drop_unit_dims``), and as jax code writes it, ``(y - mean) * rsqrt(var + eps) * scale``
     with its two factors gathered by ``constant-factors-together`` (each reshaped)."""
 
-    def rsqrt(v: str) -> str:
-        return Rsqrt(Add(v, Full(shape=SCALAR, value="eps", dtype="d")))
-
     factors = (
-        Mul(rsqrt(Reshape("v", shape="s")), Reshape("sc", shape="s")),
-        Reshape(Mul(rsqrt("v"), "sc"), shape="s"),
-        Mul(Reshape(rsqrt("v"), shape="s"), Reshape("sc", shape="s")),  # jax's, factors gathered
+        Mul(_root(Reshape("v", shape="s")), Reshape("sc", shape="s")),
+        Reshape(Mul(_root("v"), "sc"), shape="s"),
+        Mul(Reshape(_root("v"), shape="s"), Reshape("sc", shape="s")),  # jax's, factors gathered
     )
-    guards = (*_per_channel(rank, axis, *_STATS), equal("d", dtype_of("y")))
+    guards = _written_guards(rank, axis)
     return tuple(
         Variant(
             Add(Mul(Sub("y", Reshape("m", shape="s")), f), Reshape("b", shape="s")),
@@ -165,16 +173,13 @@ def _distributed(rank: int, axis: int) -> tuple[Variant, ...]:
     def along(v: str) -> str:
         return Reshape(v, shape="s")
 
-    def inverse(v: str, scale: str) -> str:
-        return Mul(Rsqrt(Add(v, Full(shape=SCALAR, value="eps", dtype="d"))), scale)
-
-    spread = inverse(along("v"), along("sc"))
-    vector = inverse("v", "sc")
+    spread = Mul(_root(along("v")), along("sc"))
+    vector = Mul(_root("v"), "sc")
     forms = (
         Add(Mul("y", spread), Add(Mul(Neg(along("m")), spread), along("b"))),
         Add(Mul("y", along(vector)), along(Add(Mul(Neg("m"), vector), "b"))),
     )
-    guards = (*_per_channel(rank, axis, *_STATS), equal("d", dtype_of("y")))
+    guards = _written_guards(rank, axis)
     return tuple(Variant(lhs, BatchNorm("y", *_STATS, epsilon="eps", axis=axis), guards) for lhs in forms)
 
 

@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -322,12 +323,22 @@ def _scores_rank(x: Array, rank: int, dtype: DTypeLike) -> Array:
     return x.reshape((1,) * (rank - x.ndim) + x.shape).astype(dtype)
 
 
+class _Operand(Protocol):
+    """What ``kernel_call`` reads of an operand: an array's, or a ``TensorType``'s (a cost model's)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> Any: ...
+
+
 def kernel_call(
-    q: Array,
-    k: Array,
-    v: Array,
-    bias: Array | None,
-    mask: Array | None,
+    q: _Operand,
+    k: _Operand,
+    v: _Operand,
+    bias: _Operand | None,
+    mask: _Operand | None,
     *,
     scale: float,
     fill: float,
@@ -362,21 +373,20 @@ def _device_kernel(ins: Sequence[TensorType], out: TensorType, attrs: dict, plat
     """The kernel ``platform`` runs a ``flash_attention`` of these operands on (``kernels.route``), or
     None; a rank-0 bias or mask is taken for no bias or mask (a scalar shifts no softmax)."""
     q, k, v, bias, mask = ins
-    call = kernels.Call(
-        q.shape,
-        k.shape,
-        v.shape,
-        q.dtype,
-        bias=bias.dtype if bias.shape else None,
-        masked=bool(mask.shape),
-        causal=bool(attrs.get("causal", 0)),
-        fill=attrs.get("fill", -math.inf),
+    call = kernel_call(
+        q,
+        k,
+        v,
+        bias if bias.shape else None,
+        mask if mask.shape else None,
         scale=attrs["scale"] / attrs.get("divisor", 1.0),
+        fill=attrs.get("fill", -math.inf),
+        causal=attrs.get("causal", 0),
         scores_dtype=attrs["scores_dtype"],
         softmax_dtype=attrs["softmax_dtype"],
-        shifted=bool(attrs.get("shifted", 1)),
+        shifted=attrs.get("shifted", 1),
         softcap=attrs.get("softcap", 0.0),
-        product_dtype=attrs.get("product_dtype") or attrs["scores_dtype"],
+        product_dtype=attrs.get("product_dtype"),
     )
     taken = kernels.route(call, on=platform).kernel
     return None if taken == "xla" else taken
