@@ -21,7 +21,8 @@ from eqsat.egglog_text import literal
 from eqsat.egraph import Encoding, Serialized, decode, new_egraph
 from eqsat.errors import EqsatError, MiscompileError, ShapeError
 from eqsat.extract import greedy_dag
-from eqsat.ir import FLOAT_DTYPES, Program, TensorType, Value
+from eqsat.ir import FLOAT_DTYPES, Op, Program, TensorType, Value
+from eqsat.ops import OPS
 from eqsat.numerics import INPUT_KINDS, compare, judge, loosest, path_dtypes, random_array
 from eqsat.ranges import Range
 from eqsat.rules import Rule
@@ -249,9 +250,12 @@ def _check_roots(
                 _shell(program),
             )
             for kind, a in args.items():
-                got = _evaluate(rewritten, a)[0]
+                want, got = expected[n, kind], _evaluate(rewritten, a)[0]
                 precision = loosest(*path_dtypes(lhs[n]), *path_dtypes(rewritten))
-                diff = compare(expected[n, kind], got, precision, strict=rule.exact)
+                if not rule.exact and (ranked := _ranked(lhs[n])) is not None:
+                    values = _evaluate(ranked[0], a)[0]
+                    want, got = _held(values, want, ranked[1]), _held(values, got, ranked[1])
+                diff = compare(want, got, precision, strict=rule.exact)
                 if diff is not None:
                     raise MiscompileError(
                         f"rule {rule.name}: {pattern} rewrote to\n{rewritten}\nwhich differs on {kind} "
@@ -259,6 +263,25 @@ def _check_roots(
                     )
             compared += 1
     return compared, grew
+
+
+def _ranked(program: Program) -> tuple[Program, Op] | None:
+    """Where ``program`` computes positions (``OpDef.positions``: an argmax, top-k indices): the
+    program of the values they rank, and the op that picks them."""
+    op = next((o for o in program.ops if o.outputs[0] is program.outputs[0]), None)
+    if op is None or not getattr(OPS.get(op.name), "positions", False):
+        return None
+    return replace(program, outputs=[op.inputs[0]], output_names=["ranked"]), op
+
+
+def _held(values: Any, positions: Any, op: Op) -> np.ndarray:
+    """The elements of ``values`` at ``positions`` along ``op``'s axis: what an inexact rule over
+    positions must keep (a tie may be broken otherwise)."""
+    axis = int(op.attrs["axis"])  # type: ignore[arg-type]
+    picked = np.asarray(positions).astype(np.int64)
+    if op.attrs.get("keepdim") == 0:
+        picked = np.expand_dims(picked, axis)
+    return np.take_along_axis(np.asarray(values), picked, axis)
 
 
 def _shell(program: Program) -> Program:

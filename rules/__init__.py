@@ -1,6 +1,6 @@
 """Declarative rewrite rules, grouped by theme (a module each): ``transpose``, ``reshape``, ``cast``,
 ``fold``, ``algebra``, ``fusion``, ``softmax``, ``attention``, ``conv``, ``normalize``, ``scan``,
-``axioms``.
+``order``, ``axioms``.
 
 Each rule has a name, a one-line reason, egglog patterns and an example that
 ``eqsat.verify.check_rule`` instantiates on random data (see ``rules/base.py`` for the format).
@@ -24,6 +24,7 @@ def _load() -> dict[str, list[Rule]]:
         fold,
         fusion,
         normalize,
+        order,
         reshape,
         scan,
         softmax,
@@ -43,6 +44,7 @@ def _load() -> dict[str, list[Rule]]:
         conv,
         normalize,
         scan,
+        order,
         axioms,
     ):
         theme = module.__name__.rsplit(".", 1)[-1]

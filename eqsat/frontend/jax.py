@@ -301,6 +301,21 @@ def _scan(combine: str) -> Callable[..., list[Value]]:
     return handler
 
 
+def _top_k(t: _Tracer, ins: list[Value], *, k: int, axis: int = -1, **_: Any) -> list[Value]:
+    """``lax.top_k``: its values and their positions, two ops (XLA computes the pair once)."""
+    return [t.op(name, ins[0], axis=axis, k=k) for name in ("top_k", "top_k_indices")]
+
+
+def _arg(name: str) -> Callable[..., list[Value]]:
+    """``argmax`` / ``argmin`` of one axis, positions of ``index_dtype``."""
+
+    def handler(t: _Tracer, ins: list[Value], *, axes: tuple[int, ...], index_dtype: Any, **_: Any) -> list[Value]:
+        (axis,) = axes
+        return [t.op(name, ins[0], axis=axis, dtype=np.dtype(index_dtype).name)]
+
+    return handler
+
+
 def _div(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
     """x / c for a power of two c is x * (1/c) exactly (both round the same real number once)."""
     x, c = ins
@@ -652,6 +667,9 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
         f"cum{name}": _scan(combine)
         for name, combine in (("sum", "add"), ("prod", "mul"), ("max", "max"), ("min", "min"))
     },
+    "top_k": _top_k,
+    "argmax": _arg("argmax"),
+    "argmin": _arg("argmin"),
     "convert_element_type": _convert,
     "concatenate": _concatenate,
     "slice": _slice,

@@ -1,5 +1,5 @@
 """The canonical ops, one home each, grouped by family: ``elementwise``, ``layout``, ``linear``,
-``reduce``, ``scan``, ``attention``, ``conv``, ``norm``.
+``reduce``, ``scan``, ``order``, ``attention``, ``conv``, ``norm``.
 An op's ``OpDef`` (``eqsat.ops.base``) holds its attributes, its
 shape and dtype rule (one source for the Python check and the e-graph's analysis), its cost features,
 its JAX lowering and the JAX primitives and Paddle ops that map to it. Everything else is derived from
@@ -30,6 +30,7 @@ from .layout import LAYOUT
 from .linear import LINEAR, MATMUL
 from .norm import NORMS
 from .reduce import MASKED_SOFTMAX, REDUCTIONS, SOFTMAX
+from .order import ORDER
 from .scan import SCAN
 
 __all__ = [
@@ -66,7 +67,7 @@ _ORDER = [
     SELECT,
     SOFTMAX,
 ]
-OPS: dict[str, OpDef] = {op.name: op for op in [*_ORDER, *CONV, SCORES, MASKED_SOFTMAX, *NORMS, SCAN]}
+OPS: dict[str, OpDef] = {op.name: op for op in [*_ORDER, *CONV, SCORES, MASKED_SOFTMAX, *NORMS, SCAN, *ORDER]}
 # Ops XLA's constant folding evaluates at compile time when all their inputs are constants: weights
 # packed (concat), laid out, or rescaled (a batch norm folded into a conv's weights) cost nothing.
 FOLDABLE = frozenset(

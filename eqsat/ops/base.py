@@ -141,6 +141,7 @@ class OpDef:
     timed: bool = False  # XLA runs it at rates no roofline predicts: the default cost model times it
     fusion: Fusion | None = None
     expensive: bool = False  # XLA does not compute it again in each fusion that reads it
+    positions: bool = False  # its result are positions along ``axis`` of its first operand (argmax)
     check: DtypeCheck | None = None
     lower: Lowering | None = field(default=None, compare=False)
     jax: tuple[str, ...] = ()

@@ -35,7 +35,7 @@ class Reduce(ShapeRule):
         return [(f"(= {k} 1)", f"(vec-set {s} {a} 1)"), (f"(= {k} 0)", f"(vec-remove {s} {a})")]
 
 
-def _reduce_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+def reduction_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
     return float(ins[0].size)
 
 
@@ -63,7 +63,7 @@ def _reduce_sum(x: Array, *, axis: int, keepdim: int) -> Array:
 def _reduction(name: str, doc: str, lower: Any) -> OpDef:
     attrs = (AXIS, Attr("keepdim", "int", 0))
     return OpDef(
-        name, 1, doc, attrs, Reduce(), flops=_reduce_flops, axis_attr="axis", fusion="reduce", lower=lower
+        name, 1, doc, attrs, Reduce(), flops=reduction_flops, axis_attr="axis", fusion="reduce", lower=lower
     )
 
 

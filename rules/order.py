@@ -1,0 +1,120 @@
+"""Positions of the largest elements (``top_k_indices``, ``argmax``, ``argmin``) of a function that keeps
+their order: those of its argument. A program that reads only where a softmax peaks (greedy decoding, a
+classifier's label, mixture-of-experts routing) needs no softmax.
+
+Each function here is nondecreasing along the axis, and strictly increasing in real arithmetic; in
+floating point it may round two different elements to one value (exp of nearly equal scores, a
+softmax's underflow), and there the program's positions break the tie by the lower position while the
+argument's tell them apart. The rewritten positions hold the same values of what the program ranked,
+so the rules are inexact, and ``eqsat.verify`` checks exactly that. (Like every inexact rule's, the
+equivalences chain: positions of x + y and of x - y are one class, whose ties each may break otherwise.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from eqsat.ir import TensorType
+
+from .base import Rule, Variant, rand_shape
+from .terms import (
+    Add,
+    Argmax,
+    Argmin,
+    Exp,
+    Scale,
+    Softmax,
+    Sub,
+    Term,
+    TopKIndices,
+    dim,
+    dtype_of,
+    equal,
+    float_dtype,
+    greater,
+    rank,
+    shape_of,
+    var,
+)
+
+AXIS, K, KEEP, DTYPE = var("a"), var("k"), var("kd"), var("d")
+
+
+# The ops whose positions the rules see through: positions of the largest (and of the smallest)
+_LARGEST: tuple[Callable[[Term], Term], ...] = (
+    lambda x: TopKIndices(x, axis=AXIS, k=K),
+    lambda x: Argmax(x, axis=AXIS, keepdim=KEEP, dtype=DTYPE),
+    lambda x: Argmin(x, axis=AXIS, keepdim=KEEP, dtype=DTYPE),
+)
+
+
+def _through(f: Term, *when: str) -> tuple[Variant, ...]:
+    """``positions(f) -> positions(x)`` for every positions op, where f keeps x's order along the axis."""
+    return tuple(Variant(pick(f), pick("x"), when) for pick in _LARGEST)
+
+
+# y is one value along the axis: a scalar, or of x's rank with size 1 there
+_ONE_PER_ROW = ((equal(rank("y"), 0),), (equal(rank("y"), rank("x")), equal(dim("y", AXIS), 1)))
+
+
+def _shifted(combine: Callable[[Term, Term], Term]) -> tuple[Variant, ...]:
+    """x plus or minus y, where y is one value along the axis and x is not broadcast."""
+    f = combine("x", "y")
+    kept = (equal(shape_of(f), shape_of("x")), float_dtype(dtype_of("x")))
+    return tuple(v for row in _ONE_PER_ROW for v in _through(f, *row, *kept))
+
+
+def _example(rng: Any, shift: bool = False, scalar: bool = False) -> dict[Any, Any]:
+    """x, an axis, a k within it; for a shift, y of size 1 along the axis (or a scalar)."""
+    shape = rand_shape(rng, int(rng.integers(1, 4)), low=2, high=7)
+    axis = int(rng.integers(len(shape)))
+    out: dict[Any, Any] = {
+        "x": TensorType(shape, "float32"),
+        AXIS: axis,
+        K: int(rng.integers(1, shape[axis] + 1)),
+        KEEP: int(rng.integers(2)),
+        DTYPE: "int32",
+        "c": float(rng.uniform(0.1, 4.0)),
+        "b": float(rng.normal()),
+    }
+    if shift:
+        out["y"] = TensorType(() if scalar else (*shape[:axis], 1, *shape[axis + 1 :]), "float32")
+    return out
+
+
+_REASON = "{} keeps the order of its argument along the axis, so it peaks at the same positions"
+
+RULES = [
+    Rule(
+        "positions-through-softmax",
+        _REASON.format("a softmax shifted by its max (an unshifted one's overflow makes NaNs)"),
+        _through(Softmax("x", axis=AXIS, shifted=1)),
+        _example,
+        exact=False,
+    ),
+    Rule("positions-through-exp", _REASON.format("exp"), _through(Exp("x")), _example, exact=False),
+    Rule(
+        "positions-through-positive-scale",
+        _REASON.format("a positive scale plus a constant"),
+        _through(Scale("x", scale="c", bias="b"), greater("c", 0.0), float_dtype(dtype_of("x"))),
+        _example,
+        exact=False,
+    ),
+    Rule(
+        "positions-through-shift",
+        _REASON.format("adding one value per row"),
+        (*_shifted(Add), *_shifted(lambda x, y: Add(y, x))),
+        lambda rng, scalar=False: _example(rng, shift=True, scalar=scalar),
+        exact=False,
+        cases=({"scalar": False}, {"scalar": True}),
+    ),
+    Rule(
+        "positions-through-subtraction",
+        _REASON.format("subtracting one value per row (a log-softmax's normalizer)"),
+        _shifted(Sub),
+        lambda rng, scalar=False: _example(rng, shift=True, scalar=scalar),
+        exact=False,
+        cases=({"scalar": False}, {"scalar": True}),
+    ),
+]
