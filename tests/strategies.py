@@ -119,6 +119,26 @@ def _scan(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
     return b.scan(x, axis=draw(st.integers(0, x.type.rank - 1)), combine=combine, **flags)
 
 
+def _top_k(name: str) -> Callable[..., Value | None]:
+    def make(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+        if x.type.dtype == "bool" or x.type.rank == 0:
+            return None
+        axis = draw(st.integers(0, x.type.rank - 1))
+        return b.op(name, x, axis=axis, k=draw(st.integers(0, x.type.shape[axis])))
+
+    return make
+
+
+def _position(name: str) -> Callable[..., Value | None]:
+    def make(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+        axes = [i for i, d in enumerate(x.type.shape) if d > 0]
+        if x.type.dtype == "bool" or not axes:
+            return None
+        return b.op(name, x, axis=draw(st.sampled_from(axes)), keepdim=draw(st.integers(0, 1)))
+
+    return make
+
+
 def _softmax(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
     return b.softmax(x, axis=draw(st.integers(0, x.type.rank - 1))) if _is_float(x) else None
 
@@ -194,6 +214,8 @@ MAKERS: dict[str, Callable[..., Value | None]] = {
     "reduce_max": _reduce("reduce_max"),
     "reduce_sum": _reduce("reduce_sum"),
     "scan": _scan,
+    **{name: _top_k(name) for name in ("top_k", "top_k_indices")},
+    **{name: _position(name) for name in ("argmax", "argmin")},
     "softmax": _softmax,
     "masked_softmax": _masked_softmax,
     "matmul": _matmul,

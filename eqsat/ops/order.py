@@ -46,6 +46,16 @@ class TopK(ShapeRule):
         return [("", f"(vec-set {pattern['s0']} {pattern['axis']} {pattern['k']})")]
 
 
+@dataclass(frozen=True)
+class Pick(Reduce):
+    """A reduction's shape, of an axis that has an element to pick."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        if shapes[0][attrs["axis"]] == 0:
+            raise ShapeError(f"no position to pick along axis {attrs['axis']} of size 0")
+        return super().infer(shapes, attrs)
+
+
 def _top_k(x: Array, axis: int, k: int) -> tuple[Array, Array]:
     """``lax.top_k`` along ``axis`` (moved last and back: older JAX has no ``axis``)."""
     values, indices = lax.top_k(jnp.moveaxis(x, axis, -1), k)
@@ -109,7 +119,7 @@ def _arg(name: str, which: str, find: object) -> OpDef:
         1,
         f"the first position of the {which} along axis (NaN counts as the {which}; -0 and +0 tie)",
         (AXIS, Attr("keepdim", "int", 0, (0, 1)), Attr("dtype", "str", "int32")),
-        Reduce(),
+        Pick(),
         dtype="dtype",
         flops=reduction_flops,
         axis_attr="axis",
