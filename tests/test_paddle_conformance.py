@@ -117,6 +117,13 @@ CASES = [
             "argmax-keepdim": lambda x: paddle.argmax(x, axis=0, keepdim=True),
             "argmax-flattened": paddle.argmax,
             "argmax-flattened-keepdim": lambda x: paddle.argmax(x, keepdim=True),
+            "argmax-int32": lambda x: paddle.argmax(x, axis=-1, dtype="int32"),
+            "argmin": lambda x: paddle.argmin(x, axis=0),
+            "argmin-flattened-keepdim": lambda x: paddle.argmin(x, keepdim=True),
+            "topk": lambda x: paddle.topk(x, 2),
+            "topk-axis0": lambda x: paddle.topk(x, 1, axis=0),
+            "topk-smallest": lambda x: paddle.topk(x, 2, axis=1, largest=False),
+            "topk-of-softmax": lambda x: paddle.topk(paddle.nn.functional.softmax(x), 2)[1],
             "logical_not": lambda x: paddle.logical_not(x > 0),
         }.items()
     ),

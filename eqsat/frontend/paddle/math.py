@@ -10,11 +10,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from eqsat.errors import ParseError
 from eqsat.ir import TensorType, Value
 from eqsat.ops import FLOAT_DTYPES
+from eqsat.ops.elementwise import available
 from eqsat.text import (
     NULL_VALUE,
     Line,
@@ -189,6 +191,17 @@ def _reduced_axes(r: _Reader, line: Line, x: Value) -> tuple[int, ...]:
     return tuple(a for a in range(len(dims)) if a not in kept[0])
 
 
+def _one_axis(r: _Reader, line: Line, x: Value, axes: tuple[Any, ...]) -> tuple[Value, int]:
+    """x and the one integer axis ``axes`` holds; with the ``flatten`` flag, x flattened and axis 0."""
+    if len(axes) != 1 or not isinstance(axes[0], int):
+        raise ParseError(f"needs one integer axis, got {list(axes)}", line=line.number, op=line.name)
+    if _flag(line, "flatten", False):
+        return r.add(line, "reshape", [x], shape=(x.type.size,)), 0
+    if not -x.type.rank <= axes[0] < max(x.type.rank, 1):
+        raise ParseError(f"axis {axes[0]} out of range for rank {x.type.rank}", line=line.number, op=line.name)
+    return x, axes[0]
+
+
 @handles("pd.cumsum", "pd.cumprod")
 def _scan(r: _Reader, line: Line) -> list[Value]:
     """``paddle.cumsum(x, axis)`` (no axis: over x flattened) and ``paddle.cumprod(x, dim)``, each
@@ -197,15 +210,46 @@ def _scan(r: _Reader, line: Line) -> list[Value]:
     _arity(line, 2 if cumsum else 1)
     x = r.tensor(line, line.operands[0])
     axes = r.int_array(line, line.operands[1]) if cumsum else (line.attrs.get("dim"),)
-    if len(axes) != 1 or not isinstance(axes[0], int):
-        raise ParseError(f"needs one integer axis, got {list(axes)}", line=line.number, op=line.name)
-    axis = axes[0]
-    if _flag(line, "flatten", False):
-        x, axis = r.add(line, "reshape", [x], shape=(x.type.size,)), 0
-    if not -x.type.rank <= axis < max(x.type.rank, 1):
-        raise ParseError(f"axis {axis} out of range for rank {x.type.rank}", line=line.number, op=line.name)
+    x, axis = _one_axis(r, line, x, axes)
     flags = {k: int(_flag(line, k, False)) for k in ("reverse", "exclusive")}
     return [r.add(line, "scan", [x], axis=axis, combine="add" if cumsum else "mul", **flags)]
+
+
+@handles("pd.argmax", "pd.argmin")
+def _position(r: _Reader, line: Line) -> list[Value]:
+    """``paddle.argmax(x, axis, keepdim, dtype)`` (no axis: over x flattened, kept as x's rank of 1s)
+    and ``argmin``: the op of that name."""
+    _arity(line, 2)
+    x = r.tensor(line, line.operands[0])
+    flat, axis = _one_axis(r, line, x, r.int_array(line, line.operands[1]))
+    keep = _flag(line, "keepdims", False)
+    name, dtype = line.name.rsplit(".", 1)[-1], str(line.attrs.get("dtype", "int64"))
+    out = r.add(line, name, [flat], axis=axis, keepdim=int(keep and flat is x), dtype=dtype)
+    return [r.add(line, "reshape", [out], shape=(1,) * x.type.rank) if keep and flat is not x else out]
+
+
+@handles("pd.topk")
+def _top_k(r: _Reader, line: Line) -> Results:
+    """``paddle.topk(x, k, axis, largest=True)``: ``top_k`` and its positions (int64); the k smallest
+    stay opaque, with Paddle's meaning."""
+    _arity(line, 2)
+    if not _flag(line, "largest", True):
+        return _opaque(r, replace(line, name="pd_op.topk"))
+    x = r.tensor(line, line.operands[0])
+    (k,) = r.int_array(line, line.operands[1])
+    attrs = {"axis": line.attrs.get("axis", -1), "k": k}
+    indices = r.add(line, "top_k_indices", [x], **attrs)
+    return [r.add(line, "top_k", [x], **attrs), r.add(line, "cast", [indices], dtype="int64")]
+
+
+def _smallest(x: jax.Array, k: Any, *, axis: int = -1, **_: Any) -> tuple[jax.Array, jax.Array]:
+    """``paddle.topk(..., largest=False)``: the k smallest, smallest first, and their positions."""
+    order = jnp.argsort(x, axis=axis, stable=True)
+    picked = lax.slice_in_dim(order, 0, int(np.asarray(k).ravel()[0]), axis=axis % x.ndim)
+    return jnp.take_along_axis(x, picked, axis=axis), picked.astype(available("int64"))
+
+
+meaning("pd_op.topk", _smallest)
 
 
 @handles("pd.square", "pd.pow")
@@ -340,18 +384,6 @@ meaning("pd_op.leaky_relu", lambda x, *, negative_slope, **_: jax.nn.leaky_relu(
 meaning("pd_op.clip", lambda x, lo, hi, **_: jnp.clip(x, lo, hi))
 
 
-def _argmax(
-    x: jax.Array, axis: Any, *, keepdims: Any, flatten: Any = 0, dtype: Any = "int64", **_: Any
-) -> Any:
-    """``paddle.argmax``: along ``axis``, or over x flattened (no axis given), its result then of
-    rank 0 or, kept, of x's rank, every dim 1."""
-    if flatten:
-        out = jnp.argmax(x.reshape(-1))
-        return (out.reshape((1,) * x.ndim) if keepdims else out).astype(dtype)
-    return jnp.argmax(x, axis=_axis(axis), keepdims=bool(keepdims)).astype(dtype)
-
-
-meaning("pd_op.argmax", _argmax)
 
 
 def _softplus(x: jax.Array, *, beta: float = 1.0, threshold: float = 20.0, **_: Any) -> jax.Array:
