@@ -22,8 +22,8 @@ from eqsat.egraph import Encoding, Serialized, decode, new_egraph
 from eqsat.errors import EqsatError, MiscompileError, ShapeError
 from eqsat.extract import greedy_dag
 from eqsat.ir import FLOAT_DTYPES, Op, Program, TensorType, Value
-from eqsat.ops import OPS
 from eqsat.numerics import INPUT_KINDS, compare, judge, loosest, path_dtypes, random_array
+from eqsat.ops import OPS
 from eqsat.ranges import Range
 from eqsat.rules import Rule
 from eqsat.saturate import install
@@ -308,9 +308,9 @@ def validate(
     match too, on every kind of input.
     Where an inexact rule fired (reassociation, scale motion: fast-math rewrites), inf and NaN inputs
     and results may differ, but a finite result must stay finite and close, and positions (an argmax)
-    must hold the same values of what the original ranks (a tie rounding made may be broken otherwise). ``compile=False`` runs the
-    programs op by op (faster for many small programs). Raises ``MiscompileError`` naming the
-    output, the input kind and the rules that fired.
+    must hold the same values of what the original ranks (a tie rounding made may be broken
+    otherwise). ``compile=False`` runs the programs op by op (faster for many small programs).
+    Raises ``MiscompileError`` naming the output, the input kind and the rules that fired.
     """
     from eqsat.lowering import lower, reference
     from eqsat.rules import ALL_RULES

@@ -1,6 +1,7 @@
-"""Positions of the largest elements (``top_k_indices``, ``argmax``, ``argmin``) of a function that keeps
-their order: those of its argument. A program that reads only where a softmax peaks (greedy decoding, a
-classifier's label, mixture-of-experts routing) needs no softmax.
+"""Positions of the largest elements (``top_k``, ``argmax``, ``argmin``) of a function that keeps their
+order: those of its argument. A program that reads only where a softmax peaks (greedy decoding, a
+classifier's label, mixture-of-experts routing) needs no softmax; one that reads its top-k values too
+(a top-k sampler) needs the softmax at those k positions only.
 
 Each function here is nondecreasing along the axis, and strictly increasing in real arithmetic; in
 floating point it may round two different elements to one value (exp of nearly equal scores, a
@@ -22,12 +23,16 @@ from .terms import (
     Add,
     Argmax,
     Argmin,
+    Div,
     Exp,
+    ReduceMax,
+    ReduceSum,
     Scale,
     Softmax,
     Sub,
+    TakeAlong,
     Term,
-    TopKIndices,
+    TopK,
     dim,
     dtype_of,
     equal,
@@ -43,7 +48,7 @@ AXIS, K, KEEP, DTYPE = var("a"), var("k"), var("kd"), var("d")
 
 # The ops whose positions the rules see through: positions of the largest (and of the smallest)
 _LARGEST: tuple[Callable[[Term], Term], ...] = (
-    lambda x: TopKIndices(x, axis=AXIS, k=K),
+    lambda x: TopK(x, axis=AXIS, k=K),
     lambda x: Argmax(x, axis=AXIS, keepdim=KEEP, dtype=DTYPE),
     lambda x: Argmin(x, axis=AXIS, keepdim=KEEP, dtype=DTYPE),
 )
@@ -65,8 +70,9 @@ def _shifted(combine: Callable[[Term, Term], Term]) -> tuple[Variant, ...]:
     return tuple(v for row in _ONE_PER_ROW for v in _through(f, *row, *kept))
 
 
-def _example(rng: Any, shift: bool = False, scalar: bool = False) -> dict[Any, Any]:
-    """x, an axis, a k within it; for a shift, y of size 1 along the axis (or a scalar)."""
+def _example(rng: Any, shift: bool = False, scalar: bool = False, positions: bool = False) -> dict[Any, Any]:
+    """x, an axis, a k within it; for a shift, y of size 1 along the axis (or a scalar); positions p,
+    k along the axis (any integers: ``take_along`` clips them into it)."""
     shape = rand_shape(rng, int(rng.integers(1, 4)), low=2, high=7)
     axis = int(rng.integers(len(shape)))
     out: dict[Any, Any] = {
@@ -78,14 +84,31 @@ def _example(rng: Any, shift: bool = False, scalar: bool = False) -> dict[Any, A
         "c": float(rng.uniform(0.1, 4.0)),
         "b": float(rng.normal()),
     }
+    if positions:
+        out["p"] = TensorType((*shape[:axis], out[K], *shape[axis + 1 :]), "int32")
     if shift:
         out["y"] = TensorType(() if scalar else (*shape[:axis], 1, *shape[axis + 1 :]), "float32")
     return out
 
 
+def _softmax_at(positions: Term) -> Variant:
+    """Elements of a softmax: the scores there, shifted by the max and divided by the sum."""
+    peak = ReduceMax("x", axis=AXIS, keepdim=1)
+    total = ReduceSum(Exp(Sub("x", peak)), axis=AXIS, keepdim=1)
+    picked = TakeAlong(Softmax("x", axis=AXIS, shifted=1), positions, axis=AXIS)
+    return Variant(picked, Div(Exp(Sub(TakeAlong("x", positions, axis=AXIS), peak)), total))
+
+
 _REASON = "{} keeps the order of its argument along the axis, so it peaks at the same positions"
 
 RULES = [
+    Rule(
+        "softmax-at-positions",
+        "a softmax's elements at some positions (its top k) are those scores normalized by the whole "
+        "axis' max and sum: the normalized axis is never written",
+        (_softmax_at("p"),),
+        lambda rng: _example(rng, positions=True),
+    ),
     Rule(
         "positions-through-softmax",
         _REASON.format("a softmax shifted by its max (an unshifted one's overflow makes NaNs)"),

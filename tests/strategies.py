@@ -119,14 +119,23 @@ def _scan(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
     return b.scan(x, axis=draw(st.integers(0, x.type.rank - 1)), combine=combine, **flags)
 
 
-def _top_k(name: str) -> Callable[..., Value | None]:
-    def make(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
-        if x.type.dtype == "bool" or x.type.rank == 0:
-            return None
-        axis = draw(st.integers(0, x.type.rank - 1))
-        return b.op(name, x, axis=axis, k=draw(st.integers(0, x.type.shape[axis])))
+def _top_k(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+    if x.type.dtype == "bool":
+        return None
+    axis = draw(st.integers(0, x.type.rank - 1))
+    return b.op("top_k", x, axis=axis, k=draw(st.integers(0, x.type.shape[axis])))
 
-    return make
+
+def _take_along(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+    """The elements of x at the positions of the k largest of another value of its shape (or its own)."""
+    axis = draw(st.integers(0, x.type.rank - 1))
+    ranked = draw(
+        st.sampled_from([v for v in pool if v.type.shape == x.type.shape and v.type.dtype != "bool"] or [x])
+    )
+    if ranked.type.dtype == "bool":
+        return None
+    positions = b.op("top_k", ranked, axis=axis, k=draw(st.integers(0, x.type.shape[axis])))
+    return b.op("take_along", x, positions, axis=axis)
 
 
 def _position(name: str) -> Callable[..., Value | None]:
@@ -214,7 +223,8 @@ MAKERS: dict[str, Callable[..., Value | None]] = {
     "reduce_max": _reduce("reduce_max"),
     "reduce_sum": _reduce("reduce_sum"),
     "scan": _scan,
-    **{name: _top_k(name) for name in ("top_k", "top_k_indices")},
+    "top_k": _top_k,
+    "take_along": _take_along,
     **{name: _position(name) for name in ("argmax", "argmin")},
     "softmax": _softmax,
     "masked_softmax": _masked_softmax,

@@ -310,6 +310,47 @@ def test_a_running_totals_end_alone_is_a_reduction(fn, reduction):
     np.testing.assert_allclose(eqsat.jit(fn)(x), jax.jit(fn)(x), rtol=1e-6)
 
 
+_PICKS = {
+    "lax.top_k": lambda x: lax.top_k(x, 2)[0] * 2.0 + lax.top_k(x, 2)[1],
+    "lax.top_k along axis 0": lambda x: lax.top_k(x, 1, axis=0)[0] ** 2,
+    "jnp.argmax keepdims": lambda x: x * jnp.argmax(x, axis=1, keepdims=True),
+    "jnp.argmin": lambda x: x[:, 0] + jnp.argmin(x, axis=1),
+}
+
+
+@pytest.mark.parametrize("name", _PICKS)
+@pytest.mark.parametrize("gradient", ["optimized", "input"])
+def test_top_k_and_argmax_are_canonical_and_differentiate_as_jax_does(name, gradient):
+    """``lax.top_k``, ``argmax``, ``argmin`` are canonical ops, not opaque ones; values and gradients are
+    jax.jit's, bit for bit."""
+    fn = _PICKS[name]
+    x = _normal(3, 5)
+    program = eqsat.from_jax(fn, x)
+    assert {"top_k", "argmax", "argmin"} & set(program.op_counts()), program.op_counts()
+    assert all(op.name != OPAQUE for op in program.ops)
+    np.testing.assert_array_equal(eqsat.jit(fn, gradient=gradient)(x), jax.jit(fn)(x))
+    grad = jax.grad(lambda x: jnp.sum(eqsat.jit(fn, gradient=gradient)(x) ** 2))
+    np.testing.assert_array_equal(jax.jit(grad)(x), jax.jit(jax.grad(lambda x: jnp.sum(fn(x) ** 2)))(x))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: jnp.argmax(jax.nn.softmax(x), axis=-1),
+        lambda x: lax.top_k(jax.nn.softmax(x, axis=-1), 3)[1],
+        lambda x: jnp.argmax(jax.nn.log_softmax(x / 0.7), axis=-1),
+        lambda x: lax.top_k(jnp.exp(x * 2.0 + 1.0), 2)[1],
+        lambda x: jnp.argmin(jax.nn.softmax(x, axis=0), axis=0),
+    ],
+)
+def test_positions_of_an_order_keeping_function_are_its_arguments(fn):
+    """Where only positions of a softmax (exp, a positive scale, a shift) are read, none is computed."""
+    x = _normal(4, 9)
+    program = eqsat.jit(fn).result(x).program
+    assert not {"softmax", "exp", "reduce_sum", "log"} & set(program.op_counts()), program.op_counts()
+    np.testing.assert_array_equal(eqsat.jit(fn)(x), jax.jit(fn)(x))
+
+
 def test_scalar_constants_fold_at_trace_time():
     fn = eqsat.jit(lambda x: x / jnp.sqrt(16.0).astype(x.dtype))
     x = jnp.asarray([2.0, 8.0], jnp.bfloat16)

@@ -302,14 +302,17 @@ def _scan(combine: str) -> Callable[..., list[Value]]:
 
 
 def _top_k(t: _Tracer, ins: list[Value], *, k: int, axis: int = -1, **_: Any) -> list[Value]:
-    """``lax.top_k``: its values and their positions, two ops (XLA computes the pair once)."""
-    return [t.op(name, ins[0], axis=axis, k=k) for name in ("top_k", "top_k_indices")]
+    """``lax.top_k``: the values at the positions of the k largest, and those positions."""
+    positions = t.op("top_k", ins[0], axis=axis, k=k)
+    return [t.op("take_along", ins[0], positions, axis=axis), positions]
 
 
 def _arg(name: str) -> Callable[..., list[Value]]:
     """``argmax`` / ``argmin`` of one axis, positions of ``index_dtype``."""
 
-    def handler(t: _Tracer, ins: list[Value], *, axes: tuple[int, ...], index_dtype: Any, **_: Any) -> list[Value]:
+    def handler(
+        t: _Tracer, ins: list[Value], *, axes: tuple[int, ...], index_dtype: Any, **_: Any
+    ) -> list[Value]:
         (axis,) = axes
         return [t.op(name, ins[0], axis=axis, dtype=np.dtype(index_dtype).name)]
 

@@ -29,8 +29,8 @@ from .elementwise import ARITHMETIC, FMA, FULL, IOTA, SELECT, UNARY
 from .layout import LAYOUT
 from .linear import LINEAR, MATMUL
 from .norm import NORMS
-from .reduce import MASKED_SOFTMAX, REDUCTIONS, SOFTMAX
 from .order import ORDER
+from .reduce import MASKED_SOFTMAX, REDUCTIONS, SOFTMAX
 from .scan import SCAN
 
 __all__ = [

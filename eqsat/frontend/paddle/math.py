@@ -10,8 +10,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
+from jax import lax
 
 from eqsat.errors import ParseError
 from eqsat.ir import TensorType, Value
@@ -198,7 +198,9 @@ def _one_axis(r: _Reader, line: Line, x: Value, axes: tuple[Any, ...]) -> tuple[
     if _flag(line, "flatten", False):
         return r.add(line, "reshape", [x], shape=(x.type.size,)), 0
     if not -x.type.rank <= axes[0] < max(x.type.rank, 1):
-        raise ParseError(f"axis {axes[0]} out of range for rank {x.type.rank}", line=line.number, op=line.name)
+        raise ParseError(
+            f"axis {axes[0]} out of range for rank {x.type.rank}", line=line.number, op=line.name
+        )
     return x, axes[0]
 
 
@@ -230,16 +232,17 @@ def _position(r: _Reader, line: Line) -> list[Value]:
 
 @handles("pd.topk")
 def _top_k(r: _Reader, line: Line) -> Results:
-    """``paddle.topk(x, k, axis, largest=True)``: ``top_k`` and its positions (int64); the k smallest
-    stay opaque, with Paddle's meaning."""
+    """``paddle.topk(x, k, axis, largest=True)``: the values at ``top_k``'s positions, and the positions
+    (int64); the k smallest stay opaque, with Paddle's meaning."""
     _arity(line, 2)
     if not _flag(line, "largest", True):
         return _opaque(r, replace(line, name="pd_op.topk"))
     x = r.tensor(line, line.operands[0])
     (k,) = r.int_array(line, line.operands[1])
     attrs = {"axis": line.attrs.get("axis", -1), "k": k}
-    indices = r.add(line, "top_k_indices", [x], **attrs)
-    return [r.add(line, "top_k", [x], **attrs), r.add(line, "cast", [indices], dtype="int64")]
+    positions = r.add(line, "top_k", [x], **attrs)
+    values = r.add(line, "take_along", [x, positions], axis=attrs["axis"])
+    return [values, r.add(line, "cast", [positions], dtype="int64")]
 
 
 def _smallest(x: jax.Array, k: Any, *, axis: int = -1, **_: Any) -> tuple[jax.Array, jax.Array]:
@@ -382,8 +385,6 @@ def _axis(axis: Any) -> int:
 
 meaning("pd_op.leaky_relu", lambda x, *, negative_slope, **_: jax.nn.leaky_relu(x, negative_slope))
 meaning("pd_op.clip", lambda x, lo, hi, **_: jnp.clip(x, lo, hi))
-
-
 
 
 def _softplus(x: jax.Array, *, beta: float = 1.0, threshold: float = 20.0, **_: Any) -> jax.Array:
