@@ -1,6 +1,6 @@
 """Declarative rewrite rules, grouped by theme (a module each): ``transpose``, ``reshape``, ``cast``,
 ``fold``, ``algebra``, ``fusion``, ``softmax``, ``attention``, ``conv``, ``normalize``, ``scan``,
-``order``, ``axioms``.
+``order``, ``diag``, ``axioms``.
 
 Each rule has a name, a one-line reason, egglog patterns and an example that
 ``eqsat.verify.check_rule`` instantiates on random data (see ``rules/base.py`` for the format).
@@ -21,6 +21,7 @@ def _load() -> dict[str, list[Rule]]:
         axioms,
         cast,
         conv,
+        diag,
         fold,
         fusion,
         normalize,
@@ -45,6 +46,7 @@ def _load() -> dict[str, list[Rule]]:
         normalize,
         scan,
         order,
+        diag,
         axioms,
     ):
         theme = module.__name__.rsplit(".", 1)[-1]

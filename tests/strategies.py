@@ -148,6 +148,10 @@ def _position(name: str) -> Callable[..., Value | None]:
     return make
 
 
+def _diag(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+    return b.op("diag", x) if x.type.rank <= 2 else None
+
+
 def _softmax(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
     return b.softmax(x, axis=draw(st.integers(0, x.type.rank - 1))) if _is_float(x) else None
 
@@ -225,6 +229,7 @@ MAKERS: dict[str, Callable[..., Value | None]] = {
     "scan": _scan,
     "top_k": _top_k,
     "take_along": _take_along,
+    "diag": _diag,
     **{name: _position(name) for name in ("argmax", "argmin")},
     "softmax": _softmax,
     "masked_softmax": _masked_softmax,

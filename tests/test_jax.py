@@ -351,6 +351,28 @@ def test_positions_of_an_order_keeping_function_are_its_arguments(fn):
     np.testing.assert_array_equal(eqsat.jit(fn)(x), jax.jit(fn)(x))
 
 
+@pytest.mark.parametrize(
+    ("fn", "ops"),
+    [
+        (lambda x, v: x @ jnp.diag(v), {"mul"}),
+        (lambda x, v: jnp.diag(v) @ x.T @ x, {"reshape", "mul", "matmul"}),
+        (lambda x, v: jnp.diag(v) * 2.0, {"diag", "scale"}),
+    ],
+)
+@pytest.mark.parametrize("gradient", ["optimized", "input"])
+def test_jnp_diag_is_a_diag_and_a_product_with_it_scales(fn, ops, gradient):
+    """``jnp.diag(v)`` (a select of v where two iotas agree) is a ``diag``; a product with one is a
+    broadcast product. Values and gradients are jax.jit's."""
+    x, v = _normal(4, 6), _normal(6)
+    jitted = eqsat.jit(fn, gradient=gradient)
+    counts = jitted.result(x, v).program.op_counts()
+    assert set(counts) == ops, counts
+    np.testing.assert_allclose(jitted(x, v), jax.jit(fn)(x, v), rtol=1e-6, atol=1e-6)
+    loss = lambda f: jax.grad(lambda x, v: jnp.sum(f(x, v) ** 2), argnums=(0, 1))  # noqa: E731
+    for got, want in zip(jax.jit(loss(jitted))(x, v), jax.jit(loss(fn))(x, v), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_scalar_constants_fold_at_trace_time():
     fn = eqsat.jit(lambda x: x / jnp.sqrt(16.0).astype(x.dtype))
     x = jnp.asarray([2.0, 8.0], jnp.bfloat16)

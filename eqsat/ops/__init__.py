@@ -27,7 +27,7 @@ from .base import (
 from .conv import CONV
 from .elementwise import ARITHMETIC, FMA, FULL, IOTA, SELECT, UNARY
 from .layout import LAYOUT
-from .linear import LINEAR, MATMUL
+from .linear import DIAG, LINEAR, MATMUL
 from .norm import NORMS
 from .order import ORDER
 from .reduce import MASKED_SOFTMAX, REDUCTIONS, SOFTMAX
@@ -67,7 +67,9 @@ _ORDER = [
     SELECT,
     SOFTMAX,
 ]
-OPS: dict[str, OpDef] = {op.name: op for op in [*_ORDER, *CONV, SCORES, MASKED_SOFTMAX, *NORMS, SCAN, *ORDER]}
+OPS: dict[str, OpDef] = {
+    op.name: op for op in [*_ORDER, *CONV, SCORES, MASKED_SOFTMAX, *NORMS, SCAN, *ORDER, DIAG]
+}
 # Ops XLA's constant folding evaluates at compile time when all their inputs are constants: weights
 # packed (concat), laid out, or rescaled (a batch norm folded into a conv's weights) cost nothing.
 FOLDABLE = frozenset(

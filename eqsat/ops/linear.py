@@ -1,5 +1,6 @@
-"""Matrix products: ``matmul`` (transpose flags, accumulation dtype) and the fused ``linear``
-(``x @ w + b`` with an activation epilogue)."""
+"""Matrix products: ``matmul`` (transpose flags, accumulation dtype), the fused ``linear``
+(``x @ w + b`` with an activation epilogue), and ``diag`` (a diagonal matrix, which a product reads as
+a broadcast factor)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from itertools import product
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from eqsat.errors import ShapeError
 from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast
@@ -158,4 +160,37 @@ LINEAR = OpDef(
     check=_bias_in_result_dtype,
     lower=_linear,
     spellings=(_dense,),
+)
+
+
+@dataclass(frozen=True)
+class Diagonal(ShapeRule):
+    """``(..., n)`` -> ``(..., n, n)``."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        (v,) = shapes
+        if not v:
+            raise ShapeError("diag needs a vector (rank >= 1), got a scalar")
+        return (*v, v[-1])
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        s = pattern["s0"]
+        return [("", f"(vec-append {s} (vec-of (vec-get {s} (- (vec-length {s}) 1))))")]
+
+
+def _diag(v: Array) -> Array:
+    """``jnp.diag(v)`` (``diag_embed`` over leading axes): v on the diagonal, zeros elsewhere."""
+    n = v.shape[-1]
+    on = lax.broadcasted_iota(jnp.int32, (n, n), 0) == lax.broadcasted_iota(jnp.int32, (n, n), 1)
+    return jnp.where(on, v[..., None, :], jnp.zeros((), v.dtype))
+
+
+DIAG = OpDef(
+    "diag",
+    1,
+    "the matrices with v's last axis on their diagonal and zeros elsewhere (``jnp.diag``, "
+    "``diag_embed``); a product with one is a broadcast product",
+    shape=Diagonal(),
+    fusion="loop",
+    lower=_diag,
 )

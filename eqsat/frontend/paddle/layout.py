@@ -1,6 +1,6 @@
 """Paddle's layout ops: reshapes (``reshape``, ``squeeze``, ``unsqueeze``, ``flatten`` by their
 meaning on the input's shape), ``expand``, ``transpose``, ``cast``, ``concat``, splits, ``roll``,
-``triu``/``tril``, ``pad3d``."""
+``triu``/``tril``, ``pad3d``, ``assign``, ``diag``/``diag_embed``."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from .reader import (
     _attr,
     _canonical,
     _ints,
+    _opaque,
     _parse_type,
     _Reader,
     _types,
@@ -254,3 +255,49 @@ def _pad3d(
 
 
 meaning("pd_op.pad3d", _pad3d)
+
+
+@handles("pd.assign")
+def _assign(r: _Reader, line: Line) -> list[Value]:
+    """``paddle.assign(x)``: a copy, which is x."""
+    _arity(line, 1)
+    return [r.tensor(line, line.operands[0])]
+
+
+@handles("pd.diag", "pd.diag_embed")
+def _diag(r: _Reader, line: Line) -> Results:
+    """``paddle.diag(v)`` of a vector and ``paddle.diag_embed(x)`` onto the last two axes, on the main
+    diagonal with zeros beside it: ``diag``. Others (an offset, a padding value, a matrix's diagonal,
+    other axes) keep Paddle's meaning."""
+    _arity(line, 1)
+    x = r.tensor(line, line.operands[0])
+    rank = x.type.rank + 1
+    if line.name.endswith("diag_embed"):
+        axes = (int(line.attrs.get("dim1", -2)) % rank, int(line.attrs.get("dim2", -1)) % rank)  # type: ignore[arg-type]
+        plain = axes == (rank - 2, rank - 1)
+    else:
+        plain = x.type.rank == 1 and line.attrs.get("padding_value", 0.0) == 0.0
+    if plain and line.attrs.get("offset", 0) == 0:
+        return [r.add(line, "diag", [x])]
+    return _opaque(r, line)
+
+
+def _diag_meaning(x: jax.Array, *, offset: int = 0, padding_value: float = 0.0, **_: Any) -> jax.Array:
+    """``paddle.diag``: a matrix's diagonal ``offset``, or a vector on it with ``padding_value`` beside."""
+    if x.ndim == 2:
+        return jnp.diagonal(x, offset)
+    out = jnp.diag(x, k=offset)
+    return jnp.where(jnp.eye(out.shape[0], k=offset, dtype=bool), out, jnp.asarray(padding_value, x.dtype))
+
+
+def _diag_embed_meaning(
+    x: jax.Array, *, offset: int = 0, dim1: int = -2, dim2: int = -1, **_: Any
+) -> jax.Array:
+    """``paddle.diag_embed``: each vector along x's last axis on diagonal ``offset`` of the matrices
+    along ``dim1`` and ``dim2`` of the result."""
+    out = jnp.vectorize(lambda v: jnp.diag(v, k=offset), signature="(n)->(m,m)")(x)
+    return jnp.moveaxis(out, (-2, -1), (dim1, dim2))
+
+
+meaning("pd_op.diag", _diag_meaning)
+meaning("pd_op.diag_embed", _diag_embed_meaning)
