@@ -14,7 +14,24 @@ from typing import Any
 from eqsat.ir import TensorType
 
 from .base import Rule, Variant, rand_shape
-from .terms import ReduceMax, ReduceSum, Scan, Split, dtype_of, equal, get, length, reassociable
+from .terms import (
+    SCALAR,
+    Add,
+    Full,
+    Iota,
+    Mul,
+    ReduceMax,
+    ReduceSum,
+    Scan,
+    Split,
+    Sub,
+    as_f64,
+    dtype_of,
+    equal,
+    get,
+    length,
+    reassociable,
+)
 
 _REDUCTIONS = {"add": ReduceSum, "max": ReduceMax}
 
@@ -31,6 +48,27 @@ def _end(combine: str, reverse: int) -> Variant:
     )
 
 
+def _counted(reverse: int, exclusive: int) -> Variant:
+    """A running sum of a constant c is c times how many elements it has summed: iota + 1 forward
+    (iota exclusive), n - iota reversed (n - 1 - iota exclusive)."""
+    iota = Iota(shape="s", dimension="a", dtype="d")
+    n = get("s", "a")
+    if reverse:
+        count = Sub(Full(shape=SCALAR, value=as_f64(n - exclusive), dtype="d"), iota)
+    else:
+        count = iota if exclusive else Add(iota, Full(shape=SCALAR, value=1.0, dtype="d"))
+    scan = Scan(
+        Full(shape="s", value="c", dtype="d"), axis="a", combine="add", reverse=reverse, exclusive=exclusive
+    )
+    return Variant(scan, Mul(count, Full(shape=SCALAR, value="c", dtype="d")), (reassociable("d"),))
+
+
+def _constant_example(rng: Any) -> dict[str, Any]:
+    """A shape, an axis of it, a small integer constant (the float check compares k * c with a sum)."""
+    shape = rand_shape(rng, int(rng.integers(1, 4)))
+    return {"s": shape, "a": int(rng.integers(len(shape))), "c": float(rng.integers(-3, 4)), "d": "float32"}
+
+
 def _example(rng: Any, reverse: int = 0) -> dict[str, Any]:
     """x, an axis, and the sizes that split the scan's end element off (first, if ``reverse``)."""
     shape = rand_shape(rng, int(rng.integers(1, 4)), low=2)
@@ -40,6 +78,13 @@ def _example(rng: Any, reverse: int = 0) -> dict[str, Any]:
 
 
 RULES = [
+    Rule(
+        "scan-of-constant",
+        "a running sum of a constant is the constant times a count (position ids of ones: an iota)",
+        tuple(_counted(r, e) for r in (0, 1) for e in (0, 1)),
+        _constant_example,
+        exact=False,
+    ),
     Rule(
         "scan-end-is-max",
         "the last element of a running max (the first of a reversed one) is the max of the axis",

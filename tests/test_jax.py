@@ -310,6 +310,21 @@ def test_a_running_totals_end_alone_is_a_reduction(fn, reduction):
     np.testing.assert_allclose(eqsat.jit(fn)(x), jax.jit(fn)(x), rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda m: jnp.cumsum(jnp.ones_like(m), axis=-1) * m - 1,  # HF's position ids from ones
+        lambda m: lax.cumsum(jnp.full(m.shape, 3, m.dtype), axis=0, reverse=True) + m,
+    ],
+)
+def test_a_running_sum_of_a_constant_is_a_count(fn):
+    """A scan of a constant is an iota times it: no scan is left."""
+    m = jnp.asarray(np.random.default_rng(0).integers(0, 2, (64, 16)), jnp.int32)
+    counts = eqsat.jit(fn).result(m).program.op_counts()
+    assert "iota" in counts and "scan" not in counts, counts
+    np.testing.assert_array_equal(eqsat.jit(fn)(m), jax.jit(fn)(m))
+
+
 _PICKS = {
     "lax.top_k": lambda x: lax.top_k(x, 2)[0] * 2.0 + lax.top_k(x, 2)[1],
     "lax.top_k along axis 0": lambda x: lax.top_k(x, 1, axis=0)[0] ** 2,
