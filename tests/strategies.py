@@ -397,6 +397,9 @@ def _float_steps(draw: Draw, dtype: str, shape: tuple[int, ...]) -> _Named:
         "mask": lambda e: jnp.where(e[-1] > 0, e[-1], -jnp.inf),
         "sum": lambda e: jnp.sum(e[-1], axis=axis, keepdims=True),
         "cumsum": lambda e: jnp.cumsum(e[-1], axis=axis),
+        "top_k_values": lambda e: lax.top_k(e[-1], min(2, e[-1].shape[-1]))[0] if e[-1].ndim else e[-1],
+        "argmax_held": lambda e: _argmax_held(e[-1]),
+        "diag_product": lambda e: e[-1] @ jnp.diag(vectors[0]) if e[-1].shape[-1:] == (last,) else e[-1],
         "cummax_reversed": lambda e: lax.cummax(e[-1], axis=axis % max(e[-1].ndim, 1), reverse=True),
         "max_reduce": lambda e: jnp.max(e[-1], axis=axis, keepdims=True, initial=-jnp.inf),
         "logsumexp": lambda e: jax.nn.logsumexp(e[-1], axis=axis, keepdims=True),
@@ -415,6 +418,14 @@ def _float_steps(draw: Draw, dtype: str, shape: tuple[int, ...]) -> _Named:
     }
     name = draw(st.sampled_from(sorted(steps)))
     return _Named(f"{name}(c={c}, axis={axis})", steps[name])
+
+
+def _argmax_held(x: Any) -> Any:
+    """The largest probability of a softmax, read at its argmax (which a rule takes from x itself)."""
+    if not x.ndim or not x.shape[-1]:
+        return x
+    p = jax.nn.softmax(x, axis=-1)
+    return jnp.take_along_axis(p, jnp.argmax(p, axis=-1, keepdims=True), axis=-1)
 
 
 def _int_steps(draw: Draw, dtype: str, shape: tuple[int, ...]) -> _Named:

@@ -145,8 +145,9 @@ def _first_position(extreme: Any) -> Any:
     def lower(x: Array, *, axis: int, keepdim: int, dtype: str) -> Array:
         best = extreme(x, axis=axis, keepdims=True)
         held = (x == best) | (x != x)
-        where = lax.broadcasted_iota(available(dtype), x.shape, axis)
-        return jnp.min(jnp.where(held, where, x.shape[axis]), axis=axis, keepdims=bool(keepdim))
+        where = lax.broadcasted_iota(jnp.int32, x.shape, axis)
+        first = jnp.min(jnp.where(held, where, x.shape[axis]), axis=axis, keepdims=bool(keepdim))
+        return lax.convert_element_type(first, available(dtype))
 
     return lower
 
