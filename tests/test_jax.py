@@ -325,6 +325,20 @@ def test_a_running_sum_of_a_constant_is_a_count(fn):
     np.testing.assert_array_equal(eqsat.jit(fn)(m), jax.jit(fn)(m))
 
 
+def test_library_code_with_scans_and_argmax_runs_as_jax_does():
+    """Held out: code nobody here wrote. optax's projection onto the simplex (a sort, then a cumsum)
+    and jax.random.categorical (an argmax of Gumbel-perturbed logits, closing over a typed key)."""
+    optax = pytest.importorskip("optax")
+    key = jax.random.key(0)
+    cases = [
+        (optax.projections.projection_simplex, _normal(16), "scan"),
+        (lambda logits: jax.random.categorical(key, logits, axis=-1), _normal(4, 50), "argmax"),
+    ]
+    for fn, x, op in cases:
+        assert op in eqsat.from_jax(fn, x).op_counts()
+        np.testing.assert_array_equal(eqsat.jit(fn)(x), jax.jit(fn)(x))
+
+
 _PICKS = {
     "lax.top_k": lambda x: lax.top_k(x, 2)[0] * 2.0 + lax.top_k(x, 2)[1],
     "lax.top_k along axis 0": lambda x: lax.top_k(x, 1, axis=0)[0] ** 2,

@@ -197,10 +197,11 @@ class _Tracer:
     def const(self, value: Any) -> Value:
         """A constant of the jaxpr: a scalar a float holds exactly is a ``full`` (as a literal is:
         ``jnp.array(-1e30)`` as a mask's fill, a scale); others are parameters with their value, or,
-        for a value of an enclosing trace, a parameter without value that the caller passes
-        (``Traced.closed_over``)."""
+        for a value of an enclosing trace or a typed PRNG key (which numpy cannot hold), a parameter
+        without value that the caller passes (``Traced.closed_over``)."""
         name = f"const{len(self.p.params)}"
-        if isinstance(value, jax.core.Tracer):
+        key = jax.dtypes.issubdtype(getattr(value, "dtype", None), jax.dtypes.prng_key)
+        if isinstance(value, jax.core.Tracer) or key:
             self.closed_over.append(value)
             return self.p.add_param(name, _type(value.aval, "closed-over value"))
         arr = np.asarray(value)
