@@ -284,6 +284,21 @@ def _held(values: Any, positions: Any, op: Op) -> np.ndarray:
     return np.take_along_axis(np.asarray(values), picked, axis)
 
 
+def _as_compared(
+    original: Program, i: int, outputs: tuple[Any, Any, Any], args: Sequence[Any], exact: bool
+) -> tuple[Any, Any, Any]:
+    """Output i of the reference, the original and the optimized program, as ``validate`` compares
+    them: positions an inexact rule may have rewritten as the values they hold in what is ranked."""
+    from eqsat.lowering import lower
+
+    ranked = None if exact else _ranked(original, i)
+    if ranked is None:
+        return outputs
+    values = lower(ranked[0])(*args)[0]
+    r, a, b = (_held(values, positions, ranked[1]) for positions in outputs)
+    return r, a, b
+
+
 def _shell(program: Program) -> Program:
     shell = Program(list(program.inputs), list(program.params))
     shell.output_names = ["out"]
@@ -326,10 +341,8 @@ def validate(
     for kind in kinds:
         args = [random_array(v.type, rng, kind) for v in [*original.inputs, *free]]
         want, got, ref = f(*args), g(*args), as_it_reads(*args)
-        for i, (r, a, b) in enumerate(zip(ref, want, got, strict=True)):
-            if not exact and (ranked := _ranked(original, i)) is not None:
-                values = lower(ranked[0])(*args)[0]
-                r, a, b = (_held(values, positions, ranked[1]) for positions in (r, a, b))
+        for i, outputs in enumerate(zip(ref, want, got, strict=True)):
+            r, a, b = _as_compared(original, i, outputs, args, exact)
             problem = judge(r, a, b, dtype, strict=exact)
             if problem is not None:
                 raise MiscompileError(
