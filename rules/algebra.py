@@ -27,6 +27,7 @@ from .terms import (
     Pow,
     Scale,
     Transpose,
+    differ,
     dim,
     dtype_of,
     equal,
@@ -298,6 +299,18 @@ RULES = [
         (
             Variant(Mul("x", _SCALAR), Scale("x", scale="c"), (float_dtype("d"),)),
             Variant(Mul(_SCALAR, "x"), Scale("x", scale="c"), (float_dtype("d"),)),
+        ),
+        _scaled,
+    ),
+    Rule(
+        "shift-is-add",
+        "a scale by 1 with a bias is an addition of the bias (Paddle writes x + eps so: an RMS norm's)",
+        (
+            Variant(
+                Scale("x", scale=1.0, bias="c"),
+                Add("x", _SCALAR),
+                (equal("d", dtype_of("x")), float_dtype("d"), differ("c", 0.0)),
+            ),
         ),
         _scaled,
     ),

@@ -48,6 +48,7 @@ from .terms import (
     get,
     last_axis,
     rank,
+    remove,
     set_item,
     shape_of,
     var,
@@ -264,6 +265,22 @@ RULES = [
         lambda rng: (
             lambda ex: {**ex, "s": tuple(1 if i == ex[AXIS] else d for i, d in enumerate(ex["x"].shape))}
         )(_x_axis(rng)),
+    ),
+    Rule(
+        "reduce-drop-axis",
+        "a reduction that keeps the axis, reshaped to drop it, is the reduction dropping it (as the "
+        "unit-dims pass writes a keepdims mean before an elementwise op)",
+        tuple(
+            Variant(
+                Reshape(reduce("x", axis=AXIS, keepdim=1), shape="s"),
+                reduce("x", axis=AXIS),
+                (equal("s", remove(shape_of("x"), AXIS)),),
+            )
+            for reduce in (ReduceMax, ReduceSum)
+        ),
+        lambda rng: (lambda ex: {**ex, "s": tuple(d for i, d in enumerate(ex["x"].shape) if i != ex[AXIS])})(
+            _x_axis(rng)
+        ),
     ),
     Rule(
         "softmax-of-transpose",

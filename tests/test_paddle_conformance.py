@@ -267,6 +267,11 @@ CASES = [
     Case("matmul-transpose_y", lambda x, y: paddle.matmul(x, y, transpose_y=True), (_x(3, 5), _x(4, 5))),
     # normalization, dropout
     Case("layer_norm", lambda x, w, b: F.layer_norm(x, [4], w, b), (_x(2, 3, 4), _x(4), _x(4))),
+    Case(  # PaddleNLP's T5LayerNorm: pow, a kept-dims mean, + eps (a scale), the weight first
+        "t5-rms-norm",
+        lambda x, w: w * (x * paddle.rsqrt(paddle.pow(x.astype("float32"), 2).mean(-1, keepdim=True) + 1e-6)),
+        (_x(2, 3, 16), _x(16)),
+    ),
     Case("layer_norm-two-axes", lambda x: F.layer_norm(x, [3, 4]), (_x(2, 3, 4),)),
     Case(
         "batch_norm",
@@ -451,6 +456,13 @@ def test_paddle_op_runs_as_paddle_runs_it(label, saved):
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
             _agree(g, w)
+
+
+def test_t5s_rms_norm_as_paddlenlp_writes_it_is_an_rms_norm(saved):
+    path, inputs, want = saved("t5-rms-norm")
+    result = eqsat.optimize(eqsat.load(path))
+    assert result.program.op_counts() == {"rms_norm": 1}, result.program.op_counts()
+    _agree(result.fn(*inputs)[0], want[0])
 
 
 def _ops_in(path: Path) -> set[str]:
