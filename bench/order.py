@@ -6,6 +6,7 @@ one process, float32 on this machine's CPU:
 - ``top-k-sampler``: a top-k sampler's candidates over a 32k vocabulary at batch 8 (a temperature, a
   softmax, then ``lax.top_k`` of 40: their probabilities and token ids);
 - ``top-k-of-softmax-indices``: only the ids of the top 40 of a softmax (batch 8 x 32k);
+- ``top-k-by-argsort``: the ids of the top 40 as numpy habits write them, ``argsort(-x)[:, :40]``;
 - ``greedy``: ``argmax`` of a log-softmax (greedy decoding, batch 8 x 32k);
 - ``cumsum-4096`` and ``cumsum-65536``: a running sum of one row.
 
@@ -49,6 +50,10 @@ def _greedy(logits: jax.Array) -> jax.Array:
     return jnp.argmax(jax.nn.log_softmax(logits, axis=-1), axis=-1)
 
 
+def _ids_by_argsort(logits: jax.Array) -> jax.Array:
+    return jnp.argsort(-logits, axis=-1)[:, :K]
+
+
 def _cumsum(x: jax.Array) -> jax.Array:
     return jnp.cumsum(x)
 
@@ -68,6 +73,7 @@ CASES: dict[
     ),
     "top-k-sampler": (_sampler, _logits, None),
     "top-k-of-softmax-indices": (_ids, _logits, lambda x: jax.nn.softmax(x, axis=-1)),
+    "top-k-by-argsort": (_ids_by_argsort, _logits, lambda x: x),
     "greedy": (_greedy, _logits, lambda x: jax.nn.log_softmax(x, axis=-1)),
     "cumsum-4096": (_cumsum, lambda rng: jnp.asarray(rng.normal(size=4096), jnp.float32), None),
     "cumsum-65536": (_cumsum, lambda rng: jnp.asarray(rng.normal(size=65536), jnp.float32), None),

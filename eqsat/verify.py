@@ -265,10 +265,20 @@ def _check_roots(
     return compared, grew
 
 
+# Ops that keep positions positions along their axis: parts of them, their order reversed
+_KEEPING_POSITIONS = frozenset({"split", "reverse"})
+
+
 def _ranked(program: Program, output: int = 0) -> tuple[Program, Op] | None:
-    """Where ``program``'s output computes positions (``OpDef.positions``: an argmax, top-k indices):
-    the program of the values they rank, and the op that picks them."""
-    op = next((o for o in program.ops if program.outputs[output] in o.outputs), None)
+    """Where ``program``'s output computes positions (``OpDef.positions``: an argmax, top-k indices,
+    a part of an argsort): the program of the values they rank, and the op that picks them."""
+    made = {id(v): o for o in program.ops for v in o.outputs}
+    op = made.get(id(program.outputs[output]))
+    while op is not None and op.name in _KEEPING_POSITIONS:
+        inner = made.get(id(op.inputs[0]))
+        if inner is None or inner.attrs.get("axis") != op.attrs["axis"]:
+            return None
+        op = inner
     if op is None or not getattr(OPS.get(op.name), "positions", False):
         return None
     return replace(program, outputs=[op.inputs[0]], output_names=["ranked"]), op

@@ -23,12 +23,17 @@ from .terms import (
     Add,
     Argmax,
     Argmin,
+    Argsort,
     Div,
     Exp,
+    Neg,
     ReduceMax,
     ReduceSum,
+    Reverse,
     Scale,
     Softmax,
+    Sort,
+    Split,
     Sub,
     TakeAlong,
     Term,
@@ -37,7 +42,9 @@ from .terms import (
     dtype_of,
     equal,
     float_dtype,
+    get,
     greater,
+    length,
     rank,
     shape_of,
     var,
@@ -99,9 +106,41 @@ def _softmax_at(positions: Term) -> Variant:
     return Variant(picked, Div(Exp(Sub(TakeAlong("x", positions, axis=AXIS), peak)), total))
 
 
+def _first(x: Term) -> Term:
+    """The first k along the axis (a split into k and the rest)."""
+    return Split(x, axis=AXIS, sizes="s", index=0)
+
+
+def _sorted_first_k() -> tuple[Variant, ...]:
+    """The first k of a descending sort, as numpy habits write it: values, and positions (of -x: for
+    floats, whose negation does not wrap)."""
+    top = TopK("x", axis=AXIS, k=get("s", 0))
+    when = (equal(length("s"), 2),)
+    return (
+        Variant(_first(Reverse(Sort("x", axis=AXIS), axis=AXIS)), TakeAlong("x", top, axis=AXIS), when),
+        Variant(_first(Argsort(Neg("x"), axis=AXIS)), top, (*when, float_dtype(dtype_of("x")))),
+        Variant(_first(Reverse(Argsort("x", axis=AXIS), axis=AXIS)), top, when),
+    )
+
+
+def _first_k_example(rng: Any) -> dict[Any, Any]:
+    ex = _example(rng)
+    n = ex["x"].shape[ex[AXIS]]
+    k = int(rng.integers(1, n))
+    return {"x": ex["x"], AXIS: ex[AXIS], "s": (k, n - k)}
+
+
 _REASON = "{} keeps the order of its argument along the axis, so it peaks at the same positions"
 
 RULES = [
+    Rule(
+        "top-k-from-sort",
+        "the first k of a sort reversed (of the argsort of -x, or reversed) are the top k: one pass, not "
+        "a sort (inexact: a sort ties -0 with +0, and its reversal puts tied elements' last first)",
+        _sorted_first_k(),
+        _first_k_example,
+        exact=False,
+    ),
     Rule(
         "softmax-at-positions",
         "a softmax's elements at some positions (its top k) are those scores normalized by the whole "

@@ -148,6 +148,17 @@ def _position(name: str) -> Callable[..., Value | None]:
     return make
 
 
+def _along_axis(name: str) -> Callable[..., Value | None]:
+    """An op of one axis that takes any number but bools (sort, argsort, reverse)."""
+
+    def make(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+        if x.type.dtype == "bool" and name != "reverse":
+            return None
+        return b.op(name, x, axis=draw(st.integers(0, x.type.rank - 1)))
+
+    return make
+
+
 def _diag(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
     return b.op("diag", x) if x.type.rank <= 2 else None
 
@@ -230,6 +241,7 @@ MAKERS: dict[str, Callable[..., Value | None]] = {
     "top_k": _top_k,
     "take_along": _take_along,
     "diag": _diag,
+    **{name: _along_axis(name) for name in ("sort", "argsort", "reverse")},
     **{name: _position(name) for name in ("argmax", "argmin")},
     "softmax": _softmax,
     "masked_softmax": _masked_softmax,

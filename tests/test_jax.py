@@ -325,6 +325,26 @@ def test_a_running_sum_of_a_constant_is_a_count(fn):
     np.testing.assert_array_equal(eqsat.jit(fn)(m), jax.jit(fn)(m))
 
 
+@pytest.mark.parametrize(
+    ("fn", "ops"),
+    [
+        (lambda x: jnp.sort(x, axis=0), {"sort"}),
+        (lambda x: jnp.argsort(x, axis=1), {"argsort"}),
+        (lambda x: jnp.sort(x)[:, ::-1][:, :3], {"top_k", "take_along"}),
+        (lambda x: jnp.argsort(-x)[:, :2], {"top_k"}),
+        (lambda x: jnp.argsort(x)[:, ::-1][:, :2], {"top_k"}),
+    ],
+)
+def test_sorts_load_as_sorts_and_their_first_k_descending_are_a_top_k(fn, ops):
+    """``jnp.sort``/``argsort`` are canonical; the first k of a descending sort, as numpy habits write
+    top-k, are a ``top_k`` (positions holding the same values as jax.jit's: no ties in this data)."""
+    x = _normal(8, 512)
+    program = eqsat.from_jax(fn, x)
+    assert all(op.name != OPAQUE for op in program.ops), program.op_counts()
+    assert {op.name for op in eqsat.jit(fn).result(x).program.live_ops()} == ops
+    np.testing.assert_array_equal(eqsat.jit(fn)(x), jax.jit(fn)(x))
+
+
 def test_library_code_with_scans_and_argmax_runs_as_jax_does():
     """Held out: code nobody here wrote. optax's projection onto the simplex (a sort, then a cumsum)
     and jax.random.categorical (an argmax of Gumbel-perturbed logits, closing over a typed key)."""

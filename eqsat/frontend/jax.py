@@ -320,6 +320,35 @@ def _arg(name: str) -> Callable[..., list[Value]]:
     return handler
 
 
+def _rev(t: _Tracer, ins: list[Value], *, dimensions: tuple[int, ...], **_: Any) -> list[Value]:
+    x = ins[0]
+    for axis in dimensions:
+        x = t.op("reverse", x, axis=axis)
+    return [x]
+
+
+def _counts_along(t: _Tracer, v: Value, axis: int) -> bool:
+    """``v`` is an iota along ``axis`` (0, 1, 2, ... there): what ``jnp.argsort`` sorts with x."""
+    made = next((op for op in reversed(t.p.ops) if v in op.outputs), None)
+    return made is not None and made.name == "iota" and made.attrs["dimension"] == axis
+
+
+def _sort(t: _Tracer, ins: list[Value], *, dimension: int, num_keys: int, **_: Any) -> list[Value]:
+    """``jnp.sort``: a ``sort``; ``jnp.argsort`` (x sorted with an iota along): its positions an
+    ``argsort``, x sorted ``take_along`` of them (one sort for both). Other sorts stay opaque."""
+    x = ins[0]
+    if num_keys != 1 or x.type.dtype == "bool":
+        raise ShapeError("a sort of several keys or of bools")
+    if len(ins) == 1:
+        return [t.op("sort", x, axis=dimension)]
+    if len(ins) != 2 or not _counts_along(t, ins[1], dimension):
+        raise ShapeError("a sort carrying values other than positions")
+    positions = t.op("argsort", x, axis=dimension)
+    if ins[1].type.dtype != "int32":
+        positions = t.op("cast", positions, dtype=ins[1].type.dtype)
+    return [t.op("take_along", x, positions, axis=dimension), positions]
+
+
 def _div(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
     """x / c for a power of two c is x * (1/c) exactly (both round the same real number once)."""
     x, c = ins
@@ -672,6 +701,8 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
         for name, combine in (("sum", "add"), ("prod", "mul"), ("max", "max"), ("min", "min"))
     },
     "top_k": _top_k,
+    "rev": _rev,
+    "sort": _sort,
     "argmax": _arg("argmax"),
     "argmin": _arg("argmin"),
     "convert_element_type": _convert,

@@ -1,5 +1,5 @@
-"""Layout and view ops: transpose, reshape, expand (broadcast), concat, split — with their shape rules,
-JAX lowerings and spellings."""
+"""Layout and view ops: transpose, reshape, expand (broadcast), concat, split, reverse — with their shape
+rules, JAX lowerings and spellings."""
 
 from __future__ import annotations
 
@@ -167,3 +167,15 @@ LAYOUT = [
         lower=_split,
     ),
 ]
+
+
+REVERSE = OpDef(
+    "reverse",
+    1,
+    "the elements along axis in reverse order (``x[..., ::-1]``, ``lax.rev``)",
+    (AXIS,),
+    flops=no_flops,
+    axis_attr="axis",
+    fusion="loop",
+    lower=lambda x, *, axis: lax.rev(x, (axis,)),
+)

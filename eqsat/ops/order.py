@@ -1,6 +1,6 @@
 """Ops that pick elements by their order along one axis (ByteIR linalg-ext's ``topk``): the positions
-of the k largest, the position of the largest or smallest element, and the elements at given
-positions (``take_along``).
+of the k largest, the position of the largest or smallest element, the elements at given positions
+(``take_along``), and a sort and its positions (whose first k, descending, are a top-k).
 
 ``lax.top_k``'s two results are ``top_k`` (positions) and ``take_along`` of them (values): one kernel
 for both, as XLA computes the pair, and a cost model sees that a program reading both pays for one.
@@ -130,6 +130,44 @@ TAKE_ALONG = OpDef(
 )
 
 
+def _sort_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
+    """A comparison sort of each row: about n log2 n comparisons, the data read and written once."""
+    x = ins[0]
+    n = max(x.shape[attrs["axis"]], 2)
+    return [Kernel(float(x.size) * math.log2(n), float(x.nbytes + out.nbytes))]
+
+
+def _argsort(x: Array, *, axis: int) -> Array:
+    """The positions of ``lax.sort``'s stable order (x sorted with its positions along)."""
+    positions = lax.broadcasted_iota(jnp.int32, x.shape, axis)
+    return lax.sort((x, positions), dimension=axis, is_stable=True, num_keys=1)[1]
+
+
+_SORT_ORDER = "stable, ascending, as lax.sort compares: NaNs last, -0 and +0 tie"
+SORT = OpDef(
+    "sort",
+    1,
+    f"x sorted along axis ({_SORT_ORDER}); ``take_along`` of argsort where its positions are read too",
+    (AXIS,),
+    phases=_sort_phases,
+    axis_attr="axis",
+    check=numeric,
+    lower=lambda x, *, axis: lax.sort(x, dimension=axis, is_stable=True),
+)
+ARGSORT = OpDef(
+    "argsort",
+    1,
+    f"the positions of x's elements in its sort along axis (int32; {_SORT_ORDER})",
+    (AXIS,),
+    dtype="int32",
+    phases=_sort_phases,
+    axis_attr="axis",
+    check=numeric,
+    lower=_argsort,
+    positions=True,
+)
+
+
 def _index_dtype(types: Sequence[TensorType], attrs: dict) -> str | None:
     """Dtype check: a number to compare, positions of an integer dtype."""
     if attrs.get("dtype") not in INDEX_DTYPES:
@@ -171,4 +209,4 @@ def _arg(name: str, which: str, extreme: Any) -> OpDef:
 
 ARGMAX = _arg("argmax", "largest", jnp.max)
 ARGMIN = _arg("argmin", "smallest", jnp.min)
-ORDER = [TOP_K, ARGMAX, ARGMIN, TAKE_ALONG]
+ORDER = [TOP_K, ARGMAX, ARGMIN, TAKE_ALONG, SORT, ARGSORT]
