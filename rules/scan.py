@@ -17,8 +17,10 @@ from .base import Rule, Variant, rand_shape
 from .terms import (
     SCALAR,
     Add,
+    Exp,
     Full,
     Iota,
+    Log,
     Mul,
     ReduceMax,
     ReduceSum,
@@ -29,8 +31,11 @@ from .terms import (
     dtype_of,
     equal,
     get,
+    greater,
     length,
+    range_lo,
     reassociable,
+    wide_float,
 )
 
 _REDUCTIONS = {"add": ReduceSum, "max": ReduceMax}
@@ -70,6 +75,24 @@ def _constant_example(rng: Any) -> dict[str, Any]:
     return {"s": shape, "a": int(rng.integers(len(shape))), "c": float(rng.integers(0, 4)), "d": "float32"}
 
 
+def _product_in_logs() -> Variant:
+    """exp of a running sum of logs is the running product, where x is known positive (its range), in
+    float32 or float64 (the logs of half precision round too coarsely for exp to undo them)."""
+    flags = {"axis": "a", "reverse": "r", "exclusive": "e"}
+    return Variant(
+        Exp(Scan(Log("x"), combine="add", **flags)),
+        Scan("x", combine="mul", **flags),
+        (greater(range_lo("x"), 0.0), wide_float(dtype_of("x"))),
+    )
+
+
+def _positive_example(rng: Any) -> dict[str, Any]:
+    """x (drawn positive: the check states its range), an axis, the scan's flags."""
+    shape = rand_shape(rng, int(rng.integers(1, 4)))
+    flags = {"r": int(rng.integers(2)), "e": int(rng.integers(2))}
+    return {"x": TensorType(shape, "float32"), "a": int(rng.integers(len(shape))), **flags}
+
+
 def _example(rng: Any, reverse: int = 0) -> dict[str, Any]:
     """x, an axis, and the sizes that split the scan's end element off (first, if ``reverse``)."""
     shape = rand_shape(rng, int(rng.integers(1, 4)), low=2)
@@ -79,6 +102,15 @@ def _example(rng: Any, reverse: int = 0) -> dict[str, Any]:
 
 
 RULES = [
+    Rule(
+        "scan-of-logs",
+        "exp of a running sum of logs is the running product, where x is known positive (a parameter's "
+        "range): one scan and no transcendental per element",
+        (_product_in_logs(),),
+        _positive_example,
+        exact=False,
+        positive=("x",),
+    ),
     Rule(
         "scan-of-constant",
         "a running sum of a constant is the constant times a count (position ids of ones: an iota)",

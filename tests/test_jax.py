@@ -359,6 +359,16 @@ def test_library_code_with_scans_and_argmax_runs_as_jax_does():
         np.testing.assert_array_equal(eqsat.jit(fn)(x), jax.jit(fn)(x))
 
 
+def test_exp_of_a_running_sum_of_logs_of_positive_weights_is_a_running_product():
+    """Where x is known positive (a constant's range), exp(cumsum(log x)) is cumprod(x)."""
+    w = jnp.asarray(np.random.default_rng(0).uniform(0.5, 1.5, (64,)), jnp.float32)
+    fn = lambda x: x * jnp.exp(jnp.cumsum(jnp.log(w)))  # noqa: E731
+    x = _normal(4, 64)
+    program = eqsat.jit(fn).result(x).program
+    assert not {"exp", "log"} & {op.name for op in program.live_ops()}, program.op_counts()
+    np.testing.assert_allclose(eqsat.jit(fn)(x), jax.jit(fn)(x), rtol=1e-5)
+
+
 _PICKS = {
     "lax.top_k": lambda x: lax.top_k(x, 2)[0] * 2.0 + lax.top_k(x, 2)[1],
     "lax.top_k along axis 0": lambda x: lax.top_k(x, 1, axis=0)[0] ** 2,
