@@ -17,10 +17,16 @@ from .base import Rule, Variant, rand_shape
 from .terms import (
     SCALAR,
     Add,
+    Cast,
     Exp,
     Full,
+    Ge,
+    Gt,
     Iota,
+    Le,
     Log,
+    Lt,
+    Matmul,
     Mul,
     ReduceMax,
     ReduceSum,
@@ -28,13 +34,19 @@ from .terms import (
     Split,
     Sub,
     as_f64,
+    at_least,
+    at_most,
+    dim,
     dtype_of,
     equal,
     get,
     greater,
+    last_axis,
     length,
     range_lo,
+    rank,
     reassociable,
+    vec,
     wide_float,
 )
 
@@ -86,6 +98,35 @@ def _product_in_logs() -> Variant:
     )
 
 
+_SHORT = 128  # the longest axis a scan is a product over: the product's work grows as its square
+
+
+def _triangular(reverse: int, exclusive: int) -> Variant:
+    """A running sum along x's last axis (of n <= 128) as x times a triangular matrix of ones:
+    ``out[j] = sum_i x[i] t[i, j]``, t[i, j] = 1 where i <= j (i >= j reversed; strictly, exclusive)."""
+    rows, cols = (Iota(shape=vec(["n", "n"]), dimension=d, dtype="int32") for d in (0, 1))
+    compare = {(0, 0): Le, (0, 1): Lt, (1, 0): Ge, (1, 1): Gt}[reverse, exclusive]
+    ones = Cast(compare(rows, cols), dtype="d")
+    return Variant(
+        Scan("x", axis="a", combine="add", reverse=reverse, exclusive=exclusive),
+        Matmul("x", ones, transpose_x=0, transpose_y=0, dtype="d"),
+        (
+            equal("a", last_axis("x")),
+            at_least(rank("x"), 2),
+            equal("n", dim("x", "a")),
+            at_most("n", _SHORT),
+            equal("d", dtype_of("x")),
+            wide_float("d"),
+        ),
+    )
+
+
+def _rows_example(rng: Any) -> dict[str, Any]:
+    """x of rank 2 or 3, its last axis the scan's."""
+    shape = rand_shape(rng, int(rng.integers(2, 4)), low=2, high=9)
+    return {"x": TensorType(shape, "float32"), "a": len(shape) - 1}
+
+
 def _positive_example(rng: Any) -> dict[str, Any]:
     """x (drawn positive: the check states its range), an axis, the scan's flags."""
     shape = rand_shape(rng, int(rng.integers(1, 4)))
@@ -102,6 +143,14 @@ def _example(rng: Any, reverse: int = 0) -> dict[str, Any]:
 
 
 RULES = [
+    Rule(
+        "scan-as-triangular-product",
+        "a running sum along a short last axis is a product with a triangular matrix of ones, which "
+        "XLA:CPU runs faster than its scan's log2(n) passes where the rows are many (the scan is timed)",
+        tuple(_triangular(r, e) for r in (0, 1) for e in (0, 1)),
+        _rows_example,
+        exact=False,
+    ),
     Rule(
         "scan-of-logs",
         "exp of a running sum of logs is the running product, where x is known positive (a parameter's "

@@ -369,6 +369,21 @@ def test_exp_of_a_running_sum_of_logs_of_positive_weights_is_a_running_product()
     np.testing.assert_allclose(eqsat.jit(fn)(x), jax.jit(fn)(x), rtol=1e-5)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_running_sum_along_a_short_axis_may_be_a_triangular_product(reverse):
+    """Where the cost model prices the scan above a product (timed on the device, a scan of many short
+    rows is), the running sum is x times a triangular matrix of ones, within float32's rounding."""
+
+    def scans_cost_more(op: str, attrs: dict, inputs: list, output: object) -> float:
+        return 100.0 if op == "scan" else 1.0
+
+    fn = lambda x: lax.cumsum(x, axis=1, reverse=reverse)  # noqa: E731
+    x = _normal(32, 16)
+    jitted = eqsat.jit(fn, cost=scans_cost_more)
+    assert {op.name for op in jitted.result(x).program.live_ops()} >= {"matmul", "iota"}
+    np.testing.assert_allclose(jitted(x), jax.jit(fn)(x), rtol=1e-5, atol=1e-5)
+
+
 _PICKS = {
     "lax.top_k": lambda x: lax.top_k(x, 2)[0] * 2.0 + lax.top_k(x, 2)[1],
     "lax.top_k along axis 0": lambda x: lax.top_k(x, 1, axis=0)[0] ** 2,

@@ -67,6 +67,9 @@ SCAN = OpDef(
     ),
     phases=_scan_phases,
     axis_attr="axis",
+    # XLA:CPU's associative scan of a (4096, 64) float32 array took 1.6 ms, twice a product with a
+    # triangular constant: whether a short axis is a product is decided with the scan timed
+    timed=True,
     check=numeric,
     fusion="reduce",
     lower=_scan,
