@@ -78,7 +78,11 @@ CASES: dict[
     "greedy": (_greedy, _logits, lambda x: jax.nn.log_softmax(x, axis=-1)),
     "cumsum-4096": (_cumsum, lambda rng: jnp.asarray(rng.normal(size=4096), jnp.float32), None),
     "cumsum-65536": (_cumsum, lambda rng: jnp.asarray(rng.normal(size=65536), jnp.float32), None),
-    "cumsum-4096-rows-of-64": (_cumsum, lambda rng: jnp.asarray(rng.normal(size=(4096, 64)), jnp.float32), None),
+    "cumsum-4096-rows-of-64": (
+        _cumsum,
+        lambda rng: jnp.asarray(rng.normal(size=(4096, 64)), jnp.float32),
+        None,
+    ),
 }
 
 
