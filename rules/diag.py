@@ -19,6 +19,7 @@ from .terms import (
     Matmul,
     Mul,
     Reshape,
+    Select,
     Transpose,
     dim,
     dtype_of,
@@ -36,7 +37,7 @@ from .terms import (
 def _from_mask(rows: int) -> Variant:
     """``where(iota_rows == iota_cols, expand(r), 0)`` with r one row or column of n values."""
     mask = Eq(Iota(shape="s", dimension=rows, dtype="d"), Iota(shape="s", dimension=1 - rows, dtype="d"))
-    lhs = f"(Select {mask} {Expand('r', shape='s')} {Full(shape='s', value=0.0, dtype='t')})"
+    lhs = Select(mask, Expand("r", shape="s"), Full(shape="s", value=0.0, dtype="t"))
     n = get("s", 0)
     when = (
         equal(length("s"), 2),

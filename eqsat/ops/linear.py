@@ -185,6 +185,11 @@ def _diag(v: Array) -> Array:
     return jnp.where(on, v[..., None, :], jnp.zeros((), v.dtype))
 
 
+@spelled("jnp.diag", ((6,), "float32"))
+def _jnp_diag(v: Array) -> Array:
+    return jnp.diag(v)
+
+
 DIAG = OpDef(
     "diag",
     1,
@@ -193,4 +198,5 @@ DIAG = OpDef(
     shape=Diagonal(),
     fusion="loop",
     lower=_diag,
+    spellings=(_jnp_diag,),
 )
