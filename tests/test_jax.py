@@ -389,6 +389,7 @@ _PICKS = {
     "lax.top_k along axis 0": lambda x: lax.top_k(x, 1, axis=0)[0] ** 2,
     "jnp.argmax keepdims": lambda x: x * jnp.argmax(x, axis=1, keepdims=True),
     "jnp.argmin": lambda x: x[:, 0] + jnp.argmin(x, axis=1),
+    "jnp.argmax of bools": lambda x: x[0] * jnp.argmax(x > 0.5, axis=0),
 }
 
 
