@@ -5,6 +5,10 @@ its whole axis: a program that reads only that (a running total's final value, t
 needs no scan, and one that reads both may take the reduction from the scan's own end. The max's is
 exact; the sum's regroups the additions (the scan's order is a tree's, the reduction's a loop's), so it
 is inexact and applies where sums regroup safely (float32, float64, integers).
+
+A running sum of a constant is a count (an iota times it); exp of a running sum of logs is the running
+product where x is known positive; a running sum along a short last axis is a product with a
+triangular matrix of ones, which the cost model weighs against the scan timed on the device.
 """
 
 from __future__ import annotations
