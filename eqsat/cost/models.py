@@ -174,7 +174,7 @@ class Roofline(CostModel):
         by ``eqsat.calibrate``), a ``Device``, or None: this device, its calibrated profile where there
         is one, else the built-in profile of JAX's default backend (cpu, gpu -> h100, tpu -> tpu-v5e),
         and its kernel ``timings`` (``eqsat.cost.kernels``; default: the table on disk) for the ops
-        whose kernels no roofline predicts (``OpDef.timed``: convs, transposes). A named
+        whose kernels no roofline predicts (``OpDef.timed``: convs, transposes, scans). A named
         profile is the roofline alone, unless ``timings`` are given."""
         if device is None:
             device, timings = this_device(), timings or KernelTimes()
