@@ -240,6 +240,8 @@ def _check_roots(
             continue
         rc = after.roots[n]
         grew |= len(after.classes[rc]) > 1
+        ranked = None if rule.exact else _ranked(lhs[n])
+        ranked_values = {kind: _evaluate(ranked[0], a)[0] for kind, a in args.items()} if ranked else {}
         for node in after.classes[rc]:
             if any(rc in best.uses(c) for c in node.children if c in after.classes):
                 continue  # a cycle through the root itself (x = f(x)): not a term
@@ -252,8 +254,8 @@ def _check_roots(
             for kind, a in args.items():
                 want, got = expected[n, kind], _evaluate(rewritten, a)[0]
                 precision = loosest(*path_dtypes(lhs[n]), *path_dtypes(rewritten))
-                if not rule.exact and (ranked := _ranked(lhs[n])) is not None:
-                    values = _evaluate(ranked[0], a)[0]
+                if ranked is not None:
+                    values = ranked_values[kind]
                     want, got = _held(values, want, ranked[1]), _held(values, got, ranked[1])
                 diff = compare(want, got, precision, strict=rule.exact)
                 if diff is not None:
@@ -292,21 +294,6 @@ def _held(values: Any, positions: Any, op: Op) -> np.ndarray:
     if op.attrs.get("keepdim") == 0:
         picked = np.expand_dims(picked, axis)
     return np.take_along_axis(np.asarray(values), picked, axis)
-
-
-def _as_compared(
-    original: Program, i: int, outputs: tuple[Any, Any, Any], args: Sequence[Any], exact: bool
-) -> tuple[Any, Any, Any]:
-    """Output i of the reference, the original and the optimized program, as ``validate`` compares
-    them: positions an inexact rule may have rewritten as the values they hold in what is ranked."""
-    from eqsat.lowering import lower
-
-    ranked = None if exact else _ranked(original, i)
-    if ranked is None:
-        return outputs
-    values = lower(ranked[0])(*args)[0]
-    r, a, b = (_held(values, positions, ranked[1]) for positions in outputs)
-    return r, a, b
 
 
 def _shell(program: Program) -> Program:
@@ -348,11 +335,22 @@ def validate(
         f, g = jax.jit(f), jax.jit(g)
     free = [p for p in original.params if p.name not in original.param_values]
     dtype, as_it_reads = loosest(*path_dtypes(original)), reference(original)
+    # outputs of positions an inexact rule may have rewritten: compared by the values they hold
+    rankings = {
+        i: (lower(ranked[0]), ranked[1])
+        for i in range(len(original.outputs))
+        if not exact and (ranked := _ranked(original, i)) is not None
+    }
     for kind in kinds:
         args = [random_array(v.type, rng, kind) for v in [*original.inputs, *free]]
         want, got, ref = f(*args), g(*args), as_it_reads(*args)
         for i, outputs in enumerate(zip(ref, want, got, strict=True)):
-            r, a, b = _as_compared(original, i, outputs, args, exact)
+            compared: tuple[Any, ...] = outputs
+            if i in rankings:
+                values_of, op = rankings[i]
+                values = values_of(*args)[0]
+                compared = tuple(_held(values, positions, op) for positions in outputs)
+            r, a, b = compared
             problem = judge(r, a, b, dtype, strict=exact)
             if problem is not None:
                 raise MiscompileError(
