@@ -155,8 +155,8 @@ class _Tracer:
             return [folded]
         if name in _SPELLED:
             return [self.op(_SPELLED[name], *ins)]
-        if name in _IDENTITY or (name == "pad" and not any(map(any, params["padding_config"]))):
-            return ins[:1]  # a pad of nothing (jnp.diag pads so) is its operand
+        if name in _IDENTITY:
+            return ins
         custom = _custom_name(params) if name == "custom_jvp_call" else None
         if custom in _RECOGNIZED_CUSTOM_JVP:
             return [self.op(_RECOGNIZED_CUSTOM_JVP[custom], *ins)]
@@ -320,6 +320,13 @@ def _arg(name: str) -> Callable[..., list[Value]]:
         return [t.op(name, x, axis=axis, dtype=np.dtype(index_dtype).name)]
 
     return handler
+
+
+def _pad(t: _Tracer, ins: list[Value], *, padding_config: Any, **_: Any) -> list[Value]:
+    """A pad of nothing (``jnp.diag`` pads so) is its operand; other pads stay opaque."""
+    if any(map(any, padding_config)):
+        raise ShapeError("a pad of something")
+    return ins[:1]
 
 
 def _rev(t: _Tracer, ins: list[Value], *, dimensions: tuple[int, ...], **_: Any) -> list[Value]:
@@ -704,6 +711,7 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
     },
     "top_k": _top_k,
     "rev": _rev,
+    "pad": _pad,
     "sort": _sort,
     "argmax": _arg("argmax"),
     "argmin": _arg("argmin"),
