@@ -17,13 +17,15 @@ _SPECIALS = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0], n
 
 def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, special: bool) -> jnp.ndarray:
     """Small integers (many ties), or for floats special values (NaNs of both signs, ±inf, ±0)."""
+    if dtype == "bool":
+        return jnp.asarray(rng.integers(0, 2, shape).astype(bool))
     if dtype.startswith(("int", "uint")):
         return jnp.asarray(rng.integers(0 if dtype.startswith("u") else -3, 3, shape).astype(dtype))
     data = rng.choice(_SPECIALS, shape) if special else rng.integers(-2, 2, shape).astype(np.float32)
     return jnp.asarray(data, dtype)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "int8", "uint8"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "int8", "uint8", "bool"])
 @pytest.mark.parametrize(("name", "reference"), [("argmax", jnp.argmax), ("argmin", jnp.argmin)])
 def test_first_position_is_jax_argmax_on_ties_nans_and_signed_zeros(dtype, name, reference):
     """argmax/argmin lower as two reductions; the position is jnp.argmax's wherever it is defined."""

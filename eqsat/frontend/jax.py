@@ -309,15 +309,13 @@ def _top_k(t: _Tracer, ins: list[Value], *, k: int, axis: int = -1, **_: Any) ->
 
 
 def _arg(name: str) -> Callable[..., list[Value]]:
-    """``argmax`` / ``argmin`` of one axis, positions of ``index_dtype`` (of bools: of them as 0, 1)."""
+    """``argmax`` / ``argmin`` of one axis, positions of ``index_dtype``."""
 
     def handler(
         t: _Tracer, ins: list[Value], *, axes: tuple[int, ...], index_dtype: Any, **_: Any
     ) -> list[Value]:
-        (axis,), x = axes, ins[0]
-        if x.type.dtype == "bool":
-            x = t.op("cast", x, dtype="uint8")
-        return [t.op(name, x, axis=axis, dtype=np.dtype(index_dtype).name)]
+        (axis,) = axes
+        return [t.op(name, ins[0], axis=axis, dtype=np.dtype(index_dtype).name)]
 
     return handler
 

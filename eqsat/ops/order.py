@@ -169,10 +169,10 @@ ARGSORT = OpDef(
 
 
 def _index_dtype(types: Sequence[TensorType], attrs: dict) -> str | None:
-    """Dtype check: a number to compare, positions of an integer dtype."""
+    """Dtype check: positions of an integer dtype (of any operand: bools compare as 0 and 1)."""
     if attrs.get("dtype") not in INDEX_DTYPES:
         return f"positions of dtype {attrs.get('dtype')}: an integer dtype is needed"
-    return numeric(types, attrs)
+    return None
 
 
 def _first_position(extreme: Any) -> Any:

@@ -223,8 +223,6 @@ def _position(r: _Reader, line: Line) -> list[Value]:
     and ``argmin``: the op of that name."""
     _arity(line, 2)
     x = r.tensor(line, line.operands[0])
-    if x.type.dtype == "bool":  # positions of bools are those of 0 and 1
-        x = r.add(line, "cast", [x], dtype="uint8")
     flat, axis = _one_axis(r, line, x, r.int_array(line, line.operands[1]))
     keep = _flag(line, "keepdims", False)
     name, dtype = line.name.rsplit(".", 1)[-1], str(line.attrs.get("dtype", "int64"))
