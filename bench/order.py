@@ -8,8 +8,10 @@ one process, float32 on this machine's CPU:
 - ``top-k-of-softmax-indices``: only the ids of the top 40 of a softmax (batch 8 x 32k);
 - ``top-k-by-argsort``: the ids of the top 40 as numpy habits write them, ``argsort(-x)[:, :40]``;
 - ``greedy``: ``argmax`` of a log-softmax (greedy decoding, batch 8 x 32k);
-- ``cumsum-4096`` and ``cumsum-65536``: a running sum of one row; ``cumsum-4096-rows-of-64``: of
-  4096 rows of 64 (a short axis: a product with a triangular constant where the timed scan is slower).
+- ``cumsum-4096`` and ``cumsum-65536``: a running sum of one row; of 8 rows of 65536 and 64 of 4096
+  (long axes: blocked, short running sums within blocks plus one of the blocks' totals, where the timed
+  scan is slower); ``cumsum-4096-rows-of-64``: of 4096 rows of 64 (a short axis: a product with a
+  triangular constant where the timed scan is slower).
 
 Each row: eqsat's and jax.jit's seconds per call, the speedup, jax.jit against itself (the noise),
 the ops of the program eqsat runs, and the largest difference of its result from jax.jit's (positions:
@@ -78,6 +80,16 @@ CASES: dict[
     "greedy": (_greedy, _logits, lambda x: jax.nn.log_softmax(x, axis=-1)),
     "cumsum-4096": (_cumsum, lambda rng: jnp.asarray(rng.normal(size=4096), jnp.float32), None),
     "cumsum-65536": (_cumsum, lambda rng: jnp.asarray(rng.normal(size=65536), jnp.float32), None),
+    "cumsum-8-rows-of-65536": (
+        _cumsum,
+        lambda rng: jnp.asarray(rng.normal(size=(8, 65536)), jnp.float32),
+        None,
+    ),
+    "cumsum-64-rows-of-4096": (
+        _cumsum,
+        lambda rng: jnp.asarray(rng.normal(size=(64, 4096)), jnp.float32),
+        None,
+    ),
     "cumsum-4096-rows-of-64": (
         _cumsum,
         lambda rng: jnp.asarray(rng.normal(size=(4096, 64)), jnp.float32),

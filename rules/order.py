@@ -113,13 +113,14 @@ def _first(x: Term) -> Term:
 
 def _sorted_first_k() -> tuple[Variant, ...]:
     """The first k of a descending sort, as numpy habits write it: values, and positions (of -x: for
-    floats, whose negation does not wrap)."""
+    floats, whose negation does not wrap; ``jnp.argsort(descending=True)``'s)."""
     top = TopK("x", axis=AXIS, k=get("s", 0))
     when = (equal(length("s"), 2),)
     return (
         Variant(_first(Reverse(Sort("x", axis=AXIS), axis=AXIS)), TakeAlong("x", top, axis=AXIS), when),
-        Variant(_first(Argsort(Neg("x"), axis=AXIS)), top, (*when, float_dtype(dtype_of("x")))),
-        Variant(_first(Reverse(Argsort("x", axis=AXIS), axis=AXIS)), top, when),
+        Variant(_first(Argsort(Neg("x"), axis=AXIS, descending=0)), top, (*when, float_dtype(dtype_of("x")))),
+        Variant(_first(Reverse(Argsort("x", axis=AXIS, descending=0), axis=AXIS)), top, when),
+        Variant(_first(Argsort("x", axis=AXIS, descending=1)), top, when),
     )
 
 
@@ -132,7 +133,20 @@ def _first_k_example(rng: Any) -> dict[Any, Any]:
 
 _REASON = "{} keeps the order of its argument along the axis, so it peaks at the same positions"
 
+
+def _axis_example(rng: Any) -> dict[Any, Any]:
+    shape = rand_shape(rng, int(rng.integers(1, 4)))
+    return {"x": TensorType(shape, "float32"), AXIS: int(rng.integers(len(shape)))}
+
+
 RULES = [
+    Rule(
+        "reverse-twice",
+        "a reversal reversed along the same axis is its operand (a descending argsort's positions, which "
+        "jnp.argsort reverses once more)",
+        (Variant(Reverse(Reverse("x", axis=AXIS), axis=AXIS), "x"),),
+        _axis_example,
+    ),
     Rule(
         "top-k-from-sort",
         "the first k of a sort reversed (of the argsort of -x, or reversed) are the top k: one pass, not "

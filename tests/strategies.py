@@ -154,7 +154,8 @@ def _along_axis(name: str) -> Callable[..., Value | None]:
     def make(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
         if x.type.dtype == "bool" and name != "reverse":
             return None
-        return b.op(name, x, axis=draw(st.integers(0, x.type.rank - 1)))
+        order = {"descending": draw(st.integers(0, 1))} if name == "argsort" else {}
+        return b.op(name, x, axis=draw(st.integers(0, x.type.rank - 1)), **order)
 
     return make
 

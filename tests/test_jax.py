@@ -333,6 +333,8 @@ def test_a_running_sum_of_a_constant_is_a_count(fn):
         (lambda x: jnp.sort(x)[:, ::-1][:, :3], {"top_k", "take_along"}),
         (lambda x: jnp.argsort(-x)[:, :2], {"top_k"}),
         (lambda x: jnp.argsort(x)[:, ::-1][:, :2], {"top_k"}),
+        (lambda x: jnp.argsort(x, axis=0, descending=True), {"argsort"}),
+        (lambda x: jnp.argsort(x, descending=True)[:, :3], {"top_k"}),
     ],
 )
 def test_sorts_load_as_sorts_and_their_first_k_descending_are_a_top_k(fn, ops):
@@ -382,6 +384,26 @@ def test_a_running_sum_along_a_short_axis_may_be_a_triangular_product(reverse):
     jitted = eqsat.jit(fn, cost=scans_cost_more)
     assert {op.name for op in jitted.result(x).program.live_ops()} >= {"matmul", "iota"}
     np.testing.assert_allclose(jitted(x), jax.jit(fn)(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_running_sum_along_a_long_axis_may_be_blocked(reverse):
+    """Where the cost model prices scans above products, a running sum along 4096 is one in two levels:
+    short running sums within blocks (products) plus the running sum of the blocks' totals, itself
+    blocked down to products; values and gradients within float32's rounding."""
+
+    def scans_cost_more(op: str, attrs: dict, inputs: list, output: object) -> float:
+        return 100.0 if op == "scan" else 1.0
+
+    fn = lambda x: lax.cumsum(x, axis=1, reverse=reverse)  # noqa: E731
+    x = _normal(3, 4096)
+    jitted = eqsat.jit(fn, cost=scans_cost_more, gradient="optimized")
+    ops = {op.name for op in jitted.result(x).program.live_ops()}
+    assert "scan" not in ops and {"matmul", "reduce_sum"} <= ops, ops
+    np.testing.assert_allclose(jitted(x), jax.jit(fn)(x), rtol=1e-5, atol=1e-3)
+    weights = _normal(3, 4096)
+    loss = lambda f: lambda x: jnp.sum(f(x) * weights)  # noqa: E731
+    np.testing.assert_allclose(jax.grad(loss(jitted))(x), jax.grad(loss(fn))(x), rtol=1e-5, atol=1e-3)
 
 
 _PICKS = {

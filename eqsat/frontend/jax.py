@@ -334,23 +334,40 @@ def _rev(t: _Tracer, ins: list[Value], *, dimensions: tuple[int, ...], **_: Any)
     return [x]
 
 
-def _counts_along(t: _Tracer, v: Value, axis: int) -> bool:
-    """``v`` is an iota along ``axis`` (0, 1, 2, ... there): what ``jnp.argsort`` sorts with x."""
+def _made(t: _Tracer, v: Value, name: str, axis: int) -> Op | None:
+    """The ``name`` op along ``axis`` that made ``v`` (None if another op did)."""
     made = next((op for op in reversed(t.p.ops) if v in op.outputs), None)
-    return made is not None and made.name == "iota" and made.attrs["dimension"] == axis
+    if made is None or made.name != name:
+        return None
+    return made if made.attrs["dimension" if name == "iota" else "axis"] == axis else None
+
+
+def _reversed_input(t: _Tracer, v: Value, axis: int) -> Value | None:
+    """What ``v`` is the reversal along ``axis`` of (None if it is none)."""
+    made = _made(t, v, "reverse", axis)
+    return made.inputs[0] if made is not None else None
 
 
 def _sort(t: _Tracer, ins: list[Value], *, dimension: int, num_keys: int, **_: Any) -> list[Value]:
     """``jnp.sort``: a ``sort``; ``jnp.argsort`` (x sorted with an iota along): its positions an
-    ``argsort``, x sorted ``take_along`` of them (one sort for both). Other sorts stay opaque."""
+    ``argsort``, x sorted ``take_along`` of them (one sort for both); descending (x and the iota
+    reversed first): the descending ``argsort``, reversed. Other sorts stay opaque."""
     x = ins[0]
     if num_keys != 1 or x.type.dtype == "bool":
         raise ShapeError("a sort of several keys or of bools")
     if len(ins) == 1:
         return [t.op("sort", x, axis=dimension)]
-    if len(ins) != 2 or not _counts_along(t, ins[1], dimension):
+    if len(ins) != 2:
+        raise ShapeError("a sort carrying several values")
+    backwards, counts = _reversed_input(t, x, dimension), _reversed_input(t, ins[1], dimension)
+    if backwards is not None and counts is not None and _made(t, counts, "iota", dimension):
+        # jnp.argsort(descending=True): x and its positions reversed, sorted, the positions reversed back
+        x = backwards
+        positions = t.op("reverse", t.op("argsort", x, axis=dimension, descending=1), axis=dimension)
+    elif _made(t, ins[1], "iota", dimension):
+        positions = t.op("argsort", x, axis=dimension)
+    else:
         raise ShapeError("a sort carrying values other than positions")
-    positions = t.op("argsort", x, axis=dimension)
     if ins[1].type.dtype != "int32":
         positions = t.op("cast", positions, dtype=ins[1].type.dtype)
     return [t.op("take_along", x, positions, axis=dimension), positions]

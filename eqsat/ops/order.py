@@ -137,10 +137,14 @@ def _sort_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> lis
     return [Kernel(float(x.size) * math.log2(n), float(x.nbytes + out.nbytes))]
 
 
-def _argsort(x: Array, *, axis: int) -> Array:
-    """The positions of ``lax.sort``'s stable order (x sorted with its positions along)."""
+def _argsort(x: Array, *, axis: int, descending: int) -> Array:
+    """The positions of ``lax.sort``'s stable order (x sorted with its positions along); descending, as
+    ``jnp.argsort`` sorts so: x reversed, ascending, its positions reversed back (ties keep their order)."""
     positions = lax.broadcasted_iota(jnp.int32, x.shape, axis)
-    return lax.sort((x, positions), dimension=axis, is_stable=True, num_keys=1)[1]
+    if not descending:
+        return lax.sort((x, positions), dimension=axis, is_stable=True, num_keys=1)[1]
+    backwards = (lax.rev(x, (axis,)), lax.rev(positions, (axis,)))
+    return lax.rev(lax.sort(backwards, dimension=axis, is_stable=True, num_keys=1)[1], (axis,))
 
 
 _SORT_ORDER = "stable, ascending, as lax.sort compares: NaNs last, -0 and +0 tie"
@@ -157,8 +161,9 @@ SORT = OpDef(
 ARGSORT = OpDef(
     "argsort",
     1,
-    f"the positions of x's elements in its sort along axis (int32; {_SORT_ORDER})",
-    (AXIS,),
+    f"the positions of x's elements in its sort along axis (int32; {_SORT_ORDER}); descending: the "
+    "largest first, ties still in their order",
+    (AXIS, Attr("descending", "int", 0, (0, 1))),
     dtype="int32",
     phases=_sort_phases,
     axis_attr="axis",
