@@ -14,7 +14,7 @@ import pytest
 import eqsat
 from bench.paddle_nets import NETWORKS, input_names, inputs, predictor, save
 from eqsat.cli import main
-from tests.zoo_architectures import INFERENCE_FAILS, ZOO, Encoder, Segmenter
+from tests.zoo_architectures import INFERENCE_FAILS, ZOO, Encoder, Segmenter, Tagger
 
 
 @pytest.mark.parametrize("name", sorted(NETWORKS))
@@ -176,6 +176,32 @@ def test_an_encoder_saved_with_dynamic_batch_and_sequence_matches_paddle_inferen
     # the command line's check runs both programs on int64 ids
     assert main(["optimize", str(path), "--shape", "ids=2,16", "--check"]) == 0
     assert "agrees with the original" in capsys.readouterr().out
+
+
+def test_a_gru_crf_tagger_saved_as_lac_exports_matches_paddle_inference(tmp_path):
+    """LAC as PaddleNLP exports it: ids [None, None] and lengths [None]; sentences of several lengths
+    padded to the longest (the GRUs keep each one's state past its end, the CRF decodes each to its
+    length). Scores and tag paths are Paddle Inference's at two sizes."""
+    paddle.seed(0)
+    layer = Tagger()
+    layer.eval()
+    spec = [
+        paddle.static.InputSpec([None, None], "int64", "ids"),
+        paddle.static.InputSpec([None], "int64", "lengths"),
+    ]
+    paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(tmp_path / "lac"))
+    path = tmp_path / "lac.json"
+    paddle_inference = predictor(path)
+    rng = np.random.default_rng(0)
+    for batch, longest in ((3, 9), (2, 5)):
+        result = eqsat.optimize(eqsat.load(path, shapes={"ids": (batch, longest), "lengths": (batch,)}))
+        lengths = np.concatenate([[longest], rng.integers(1, longest + 1, batch - 1)]).astype(np.int64)
+        ids = rng.integers(1, 50, (batch, longest)).astype(np.int64)
+        ids[np.arange(longest) >= lengths[:, None]] = 0  # padding
+        got, want = result.fn(ids, lengths), paddle_inference([ids, lengths])
+        assert len(got) == len(want) == 2
+        np.testing.assert_allclose(np.asarray(got[0]), want[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.asarray(got[1]), want[1])
 
 
 @pytest.mark.parametrize("op", ["squeeze", "unsqueeze", "flatten"])

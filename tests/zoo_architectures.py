@@ -374,6 +374,23 @@ class UIE(nn.Layer):
         return F.sigmoid(self.start(h).squeeze(-1)), F.sigmoid(self.end(h).squeeze(-1))
 
 
+class Tagger(nn.Layer):
+    """LAC (PaddleNLP's lexical analysis): word embeddings, two bidirectional GRU layers run to each
+    sentence's length, emissions per tag and a CRF's Viterbi decoding with start and stop tags."""
+
+    def __init__(self, vocab=50, d=16, hidden=12, tags=7):
+        super().__init__()
+        self.word = nn.Embedding(vocab, d)
+        self.gru = nn.GRU(d, hidden, num_layers=2, direction="bidirect")
+        self.emission = nn.Linear(2 * hidden, tags)
+        self.transitions = self.create_parameter([tags, tags])
+        self.decode = paddle.text.ViterbiDecoder(self.transitions, include_bos_eos_tag=True)
+
+    def forward(self, ids, lengths):
+        h, _ = self.gru(self.word(ids), sequence_length=lengths)
+        return self.decode(self.emission(h), lengths)
+
+
 class Architecture(NamedTuple):
     """A network, its inputs as the zoo exports them (None: a dynamic dim), their dtype, the shapes of
     two calls (every input of a call has the call's shape), and for integer inputs each one's bound."""

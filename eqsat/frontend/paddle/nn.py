@@ -1,6 +1,6 @@
 """Paddle's layers: convs (and transposed), batch, layer, RMS, group and instance norms, pooling
-(adaptive included), resizing, embeddings, RNNs and Paddle's fused ops (``fc``, ``multihead_matmul``,
-``fused_conv2d_add_act``, ``fused_bias_residual_layernorm``)."""
+(adaptive included), resizing, embeddings, RNNs, a CRF's Viterbi decoding and Paddle's fused ops
+(``fc``, ``multihead_matmul``, ``fused_conv2d_add_act``, ``fused_bias_residual_layernorm``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from eqsat.text import (
     Line,
 )
 
-from . import rnn
+from . import crf, rnn
 from .reader import (
     Results,
     _arity,
@@ -469,6 +469,7 @@ def _rms_norm(
 
 meaning("pd_op.rms_norm", _rms_norm)
 meaning("pd_op.rnn", rnn.rnn)
+meaning("pd_op.viterbi_decode", crf.viterbi_decode)
 meaning("pd_op.fused_rms_norm_quant", _rms_norm)  # Paddle 3.3's name (fused_rms_norm) for it
 
 

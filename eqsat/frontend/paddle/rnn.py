@@ -4,7 +4,8 @@ number of layers, one or two directions, run with ``lax.scan`` over time.
 The op reads ``x`` time-major (T, B, I), the initial states (one list: h, and c for an LSTM, each of
 (layers × directions, B, H)), the weights as one list — every layer's and direction's input and hidden
 weights (4H, 3H or H rows: gates in Paddle's order, LSTM i, f, g, o; GRU r, z, c), then their biases
-in the same order — an optional sequence length and the dropout state. It returns the output (T, B,
+in the same order — an optional sequence length (B,) and the dropout state. Past a sequence's length its
+states are kept and its outputs are 0, as Paddle's kernel masks them. It returns the output (T, B,
 directions × H), the dropout state, the final states and a reserve buffer (unused at inference).
 """
 
@@ -59,26 +60,31 @@ CELLS: dict[str, Cell] = {
 
 
 def _direction(
-    cell: Cell, xs: Array, state: tuple[Array, ...], params: Any, reverse: bool
+    cell: Cell, xs: Array, valid: Array, state: tuple[Array, ...], params: Any, reverse: bool
 ) -> tuple[Any, ...]:
-    def step(carry: tuple[Array, ...], x: Array) -> tuple[tuple[Array, ...], Array]:
-        new = cell(carry, x, params)
-        return new, new[0]
+    """One direction over time; past a sequence's length (``valid`` false) its state is kept and its
+    output is 0, so the reversed direction starts at each sequence's own last step."""
 
-    final, ys = lax.scan(step, state, xs, reverse=reverse)
+    def step(carry: tuple[Array, ...], inputs: tuple[Array, Array]) -> tuple[tuple[Array, ...], Array]:
+        x, keep = inputs
+        new = tuple(jnp.where(keep, n, c) for n, c in zip(cell(carry, x, params), carry, strict=True))
+        return new, jnp.where(keep, new[0], jnp.zeros((), x.dtype))
+
+    final, ys = lax.scan(step, state, (xs, valid), reverse=reverse)
     return ys, final
 
 
 def rnn(
     x: Array, *tensors: Array, mode: str, num_layers: int, is_bidirec: int, operands: str, **_: Any
 ) -> tuple:
-    """``pd_op.rnn`` at inference (see the module's docstring); the sequence length is not supported."""
+    """``pd_op.rnn`` at inference (see the module's docstring)."""
     layout = operands.split(",")
     counts = [int(kind[1:]) if kind.startswith("l") else int(kind == "t") for kind in layout]
-    if counts[3]:
-        raise NotImplementedError("pd_op.rnn with a sequence length")
     states = list(tensors[: counts[1]])
     weights = tensors[counts[1] : counts[1] + counts[2]]
+    steps = jnp.arange(x.shape[0])[:, None, None]  # (T, 1, 1): each step, against each sequence's length
+    lengths = tensors[counts[1] + counts[2]] if counts[3] else jnp.full((x.shape[1],), x.shape[0])
+    valid = steps < lengths.reshape(1, -1, 1)
     cell, directions = CELLS[mode], 2 if is_bidirec else 1
     runs = num_layers * directions
     finals: list[list[Array]] = [[] for _ in states]
@@ -93,7 +99,7 @@ def rnn(
                 weights[2 * runs + 2 * k],
                 weights[2 * runs + 2 * k + 1],
             )
-            y, final = _direction(cell, out, tuple(s[k] for s in states), params, reverse=d == 1)
+            y, final = _direction(cell, out, valid, tuple(s[k] for s in states), params, reverse=d == 1)
             ys.append(y)
             for collected, value in zip(finals, final, strict=True):
                 collected.append(value)
