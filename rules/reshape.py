@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from eqsat.ir import TensorType
+from eqsat.ops import OPS
 from eqsat.shapes import MAX_RANK
 
-from .base import Rule, Variant, rand_shape, rule
+from .base import UNARY_ATTRS, Rule, Variant, example_dtype, rand_shape, rule, unary_pattern
 from .terms import (
     Add,
     Cast,
@@ -180,5 +181,31 @@ RULES.append(
         Reshape(Cast("x", dtype="d"), shape="s"),
         Cast(Reshape("x", shape="s"), dtype="d"),
         example=lambda rng: (lambda ex: {"x": ex["x"], "s": ex["s2"], "d": "float16"})(_two_shapes(rng)),
+    )
+)
+
+
+# elementwise ops of one float operand: a reshape moves out of each (one direction: outward, where a
+# softmax or a product finds it)
+_FLOAT_UNARY = [
+    op for op, spec in OPS.items() if spec.elementwise and spec.arity == 1 and example_dtype(op) == "float32"
+]
+
+
+def _unary_example(rng: Any) -> dict[str, Any]:
+    attrs = {f"c_{k}": v for op in _FLOAT_UNARY for k, v in UNARY_ATTRS.get(op, {}).items()}
+    return {**{k: v for k, v in _two_shapes(rng).items() if k != "s2"}, **attrs}
+
+
+RULES.append(
+    Rule(
+        "reshape-out-of-elementwise",
+        "an elementwise op of a reshaped tensor is the reshape of the op (a soft cap of merged heads' "
+        "scores is taken before the merge, so the softmax sees the reshape)",
+        tuple(
+            Variant(unary_pattern(op, Reshape("x", shape="s1")), Reshape(unary_pattern(op, "x"), shape="s1"))
+            for op in _FLOAT_UNARY
+        ),
+        _unary_example,
     )
 )

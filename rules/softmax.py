@@ -42,11 +42,13 @@ from .terms import (
     TList,
     Transpose,
     Var,
+    dim,
     dtype_of,
     equal,
     float_dtype,
     get,
     last_axis,
+    length,
     rank,
     remove,
     set_item,
@@ -130,7 +132,7 @@ _FILL = Full(shape="sf", value=FILL, dtype="df")
 _IN_X = (equal("d", dtype_of("x")),)
 
 
-def _masked(x: str, dtype: str, mask: str = "m", fill: Operand = FILL, zero: int | str = 0) -> str:
+def _masked(x: str, dtype: str, mask: str = "m", fill: Operand = FILL, zero: Operand = 0) -> str:
     return MaskedSoftmax(x, mask, fill=fill, zero_masked=zero, axis=AXIS, dtype=dtype, shifted=SHIFTED)
 
 
@@ -153,6 +155,25 @@ def _rows_example(rng: Any) -> dict[str | Var, Any]:
 
 
 _ROWS = Matmul("p", "v", transpose_y="ty", dtype="d")
+
+
+# the softmax is over the last axis of s, which is x's last dim
+_KEEPS_ROWS = (
+    equal(AXIS, length("s") - 1),
+    equal("ax", last_axis("x")),
+    equal(get("s", AXIS), dim("x", "ax")),
+)
+
+
+def _regrouped_example(rng: Any) -> dict[str | Var, Any]:
+    """x (..., g * h, n) and s: its leading dims regrouped (g, h split out), the last kept; a mask of
+    s and the masked softmax's attributes."""
+    g, h, n = (int(v) for v in rng.integers(1, 4, 3))
+    lead = rand_shape(rng, int(rng.integers(0, 2)))
+    split = int(rng.integers(2))
+    x, shape = ((*lead, g * h, n), (*lead, g, h, n)) if split else ((*lead, g, h, n), (*lead, g * h, n))
+    ex = _masked_example(rng)
+    return {**ex, "x": TensorType(x, F32), "s": shape, "m": TensorType(shape, "bool"), AXIS: len(shape) - 1}
 
 
 RULES = [
@@ -294,6 +315,35 @@ RULES = [
         lambda rng: (
             lambda ex: {**ex, "p": rand_perm(rng, len(ex["x"].shape)), SHIFTED: int(rng.integers(0, 2))}
         )(_x_axis(rng)),
+    ),
+    Rule(
+        "softmax-of-reshape",
+        "a softmax over the last axis of x reshaped, where the reshape keeps that axis (rows stay rows: "
+        "heads split or merged before it, as grouped-query attention does), is x's softmax reshaped",
+        (
+            Variant(
+                Softmax(Reshape("x", shape="s"), axis=AXIS, shifted=SHIFTED),
+                Reshape(Softmax("x", axis="ax", shifted=SHIFTED), shape="s"),
+                _KEEPS_ROWS,
+            ),
+            Variant(
+                _masked(Reshape("x", shape="s"), "d", fill=FILL, zero=ZERO_MASKED),
+                Reshape(
+                    MaskedSoftmax(
+                        "x",
+                        Reshape("m", shape="sx"),
+                        fill=FILL,
+                        zero_masked=ZERO_MASKED,
+                        axis="ax",
+                        dtype="d",
+                        shifted=SHIFTED,
+                    ),
+                    shape="s",
+                ),
+                (*_KEEPS_ROWS, equal(shape_of("m"), "s"), equal("sx", shape_of("x"))),
+            ),
+        ),
+        _regrouped_example,
     ),
     Rule(
         "softmax-unshifted",

@@ -197,33 +197,51 @@ def gemma_attention(
 ) -> jax.Array:
     """Gemma's attention as its flax code writes it: (B, T, N, H) in and out, the logits laid out
     (B, T, N, S), heads after the query axis, soft-capped (Gemma 2: ``tanh(logits / cap) * cap``),
-    the mask (B, T, S) broadcast over the heads."""
-    logits = jnp.einsum("BTNH,BSNH->BTNS", q * q.shape[-1] ** -0.5, k)
+    the mask (B, T, S) broadcast over the heads. With fewer key/value heads K than query heads
+    (grouped-query attention), the queries are grouped (B, T, K, G, H) for both products and the
+    logits merged back to (B, T, N, S) between them, where the mask and softmax apply."""
+    b, t, n, h = q.shape
+    kv_heads = k.shape[2]
+    scaled = q * h**-0.5
+    if kv_heads < n:
+        grouped = scaled.reshape((b, t, kv_heads, n // kv_heads, h))
+        logits = jnp.einsum("BTKGH,BSKH->BTKGS", grouped, k).reshape((b, t, n, -1))
+    else:
+        logits = jnp.einsum("BTNH,BSNH->BTNS", scaled, k)
     if softcap is not None:
         logits = jnp.tanh(logits / softcap) * softcap
     logits = jnp.where(jnp.expand_dims(mask, -2), logits, -2.3819763e38)
     probs = jax.nn.softmax(logits, axis=-1).astype(k.dtype)
+    if kv_heads < n:
+        grouped_probs = probs.reshape((b, t, kv_heads, n // kv_heads, -1))
+        return jnp.einsum("BTKGS,BSKH->BTKGH", grouped_probs, v).reshape((b, t, n, h))
     return jnp.einsum("BTNS,BSNH->BTNH", probs, v)
 
 
-def _heads_after_queries(batch: int, dtype: str) -> tuple[jax.Array, ...]:
+def _heads_after_queries(batch: int, dtype: str, grouped: bool = False) -> tuple[jax.Array, ...]:
+    """q, k, v as (B, T, N, H) and a mask (B, T, S); grouped: 4 query heads to k and v's 2."""
     q, k, v, mask = _qkv_mask(batch, dtype)
+    if grouped:
+        q = _qkv_mask(batch, dtype, heads=4)[0]
     return (*(jnp.swapaxes(t, 1, 2) for t in (q, k, v)), mask[:, 0] | jnp.eye(mask.shape[-1], dtype=bool))
 
 
+@pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("softcap", [None, 0.5])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_attention_with_heads_after_queries_is_one_op(batch, dtype, softcap):
+def test_attention_with_heads_after_queries_is_one_op(batch, dtype, softcap, grouped):
     fn = functools.partial(gemma_attention, softcap=softcap)
-    (op,) = _attention(_matches_jax(fn, _heads_after_queries(batch, dtype), dtype))
+    (op,) = _attention(_matches_jax(fn, _heads_after_queries(batch, dtype, grouped), dtype))
     assert op.attrs["fill"] < -1e38
     assert op.attrs["softcap"] == (softcap or 0.0)
 
 
+@pytest.mark.parametrize("grouped", [False, True])
 @pytest.mark.parametrize("softcap", [None, 0.5])
-def test_attention_with_heads_after_queries_gradients_match_jax(softcap):
-    _gradients_match(functools.partial(gemma_attention, softcap=softcap), *_heads_after_queries(2, "float32"))
+def test_attention_with_heads_after_queries_gradients_match_jax(softcap, grouped):
+    fn = functools.partial(gemma_attention, softcap=softcap)
+    _gradients_match(fn, *_heads_after_queries(2, "float32", grouped))
 
 
 def test_keras_masked_softmax_layer_is_one_zeroed_masked_softmax():
