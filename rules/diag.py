@@ -1,6 +1,7 @@
 """Diagonal matrices (ByteIR linalg-ext's ``diag``): ``jnp.diag(v)`` as JAX writes it (v broadcast where
 two iotas agree, zeros elsewhere) is the ``diag`` op, and a product with one scales the other operand's
-columns (on the right) or rows (on the left): a broadcast product, not an n x n matrix and a dot.
+columns (on the right) or rows (on the left): a broadcast product, not an n x n matrix and a dot. The
+``diagonal`` of a diag is its vector.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from eqsat.ir import TensorType
 from .base import Rule, Variant, rand_shape
 from .terms import (
     Diag,
+    Diagonal,
     Eq,
     Expand,
     Full,
@@ -88,6 +90,12 @@ def _product_example(rng: Any, matrix: bool = False) -> dict[str, Any]:
 
 
 RULES = [
+    Rule(
+        "diagonal-of-diag",
+        "the diagonal of diag(v) is v (so a diag of a diag's diagonal is the diag itself)",
+        (Variant(Diagonal(Diag("v")), "v"),),
+        lambda rng: {"v": TensorType(rand_shape(rng, int(rng.integers(1, 3))), "float32")},
+    ),
     Rule(
         "diag-from-mask",
         "v broadcast where the row and column iotas agree, zeros elsewhere, is diag(v) (jnp.diag)",

@@ -164,6 +164,10 @@ def _diag(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
     return b.op("diag", x) if x.type.rank <= 2 else None
 
 
+def _diagonal(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
+    return b.op("diagonal", x) if x.type.rank >= 2 else None
+
+
 def _softmax(draw: Draw, b: Builder, x: Value, pool: list[Value]) -> Value | None:
     return b.softmax(x, axis=draw(st.integers(0, x.type.rank - 1))) if _is_float(x) else None
 
@@ -242,6 +246,7 @@ MAKERS: dict[str, Callable[..., Value | None]] = {
     "top_k": _top_k,
     "take_along": _take_along,
     "diag": _diag,
+    "diagonal": _diagonal,
     **{name: _along_axis(name) for name in ("sort", "argsort", "reverse")},
     **{name: _position(name) for name in ("argmax", "argmin")},
     "softmax": _softmax,

@@ -347,6 +347,27 @@ def test_sorts_load_as_sorts_and_their_first_k_descending_are_a_top_k(fn, ops):
     np.testing.assert_array_equal(eqsat.jit(fn)(x), jax.jit(fn)(x))
 
 
+@pytest.mark.parametrize(
+    ("fn", "ops"),
+    [
+        (jnp.diagonal, {"diagonal"}),
+        (lambda x: jnp.diag(x[:, :3]) * 2.0, {"split", "diagonal", "mul", "full"}),
+        (lambda x: jnp.diag(jnp.diag(jnp.diag(x[0]))), {"split", "reshape", "diag"}),
+    ],
+)
+def test_a_matrix_diagonal_is_canonical_and_a_diag_of_a_diag_diagonal_is_the_diag(fn, ops):
+    """``jnp.diagonal`` (a gather at (i, i) behind a cond on the platform) is the ``diagonal`` op; the
+    diagonal of ``diag(v)`` is v. Values and gradients are jax.jit's."""
+    x = _normal(5, 5)
+    program = eqsat.from_jax(fn, x)
+    assert "diagonal" in program.op_counts() and OPAQUE not in program.op_counts(), program.op_counts()
+    jitted = eqsat.jit(fn, gradient="optimized")
+    assert {op.name for op in jitted.result(x).program.live_ops()} == ops
+    np.testing.assert_array_equal(jitted(x), jax.jit(fn)(x))
+    loss = lambda f: lambda x: jnp.sum(jnp.sin(f(x)))  # noqa: E731
+    np.testing.assert_allclose(jax.grad(loss(jitted))(x), jax.grad(loss(fn))(x), rtol=1e-6)
+
+
 def test_library_code_with_scans_and_argmax_runs_as_jax_does():
     """Held out: code nobody here wrote. optax's projection onto the simplex (a sort, then a cumsum)
     and jax.random.categorical (an argmax of Gumbel-perturbed logits, closing over a typed key)."""

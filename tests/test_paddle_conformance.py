@@ -180,6 +180,8 @@ CASES = [
     Case("diag-product", lambda x, v: paddle.matmul(x, paddle.diag(v)), (_x(3, 5), _x(5))),
     Case("diag-offset-padded", lambda v: paddle.diag(v, offset=-1, padding_value=2.0), (_x(4),)),
     Case("diag-of-matrix", lambda x: paddle.diag(x, offset=1), (_x(4, 5),)),
+    Case("diag-of-matrix-main", paddle.diag, (_x(5, 3),)),
+    Case("diag-of-diag", lambda v: paddle.diag(paddle.diag(v)), (_x(5),)),
     Case("diag_embed", paddle.diag_embed, (_x(2, 3, 4),)),
     Case("diag_embed-axes", lambda x: paddle.diag_embed(x, offset=1, dim1=0, dim2=2), (_x(3, 4),)),
     Case("reshape-zero", lambda x: paddle.reshape(x, [0, 2, 2]), (X,)),

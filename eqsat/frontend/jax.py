@@ -334,9 +334,14 @@ def _rev(t: _Tracer, ins: list[Value], *, dimensions: tuple[int, ...], **_: Any)
     return [x]
 
 
+def _producer(t: _Tracer, v: Value) -> Op | None:
+    """The op that made ``v`` (None for an input or parameter)."""
+    return next((op for op in reversed(t.p.ops) if v in op.outputs), None)
+
+
 def _made(t: _Tracer, v: Value, name: str, axis: int) -> Op | None:
     """The ``name`` op along ``axis`` that made ``v`` (None if another op did)."""
-    made = next((op for op in reversed(t.p.ops) if v in op.outputs), None)
+    made = _producer(t, v)
     if made is None or made.name != name:
         return None
     return made if made.attrs["dimension" if name == "iota" else "axis"] == axis else None
@@ -371,6 +376,59 @@ def _sort(t: _Tracer, ins: list[Value], *, dimension: int, num_keys: int, **_: A
     if ins[1].type.dtype != "int32":
         positions = t.op("cast", positions, dtype=ins[1].type.dtype)
     return [t.op("take_along", x, positions, axis=dimension), positions]
+
+
+def _cond(
+    t: _Tracer, ins: list[Value], *, branches: Any, branches_platforms: Any = None, **_: Any
+) -> list[Value]:
+    """A cond on the platform whose other branches are for Pallas' Mosaic kernels (``jnp.diagonal``
+    writes one): its default branch, the one that runs outside a kernel. Other conds stay opaque."""
+    made = _producer(t, ins[0])
+    on_platform = made is not None and made.name == OPAQUE and made.attrs["op"] == "platform_index"
+    if not on_platform or not branches_platforms or None not in branches_platforms:
+        raise ShapeError("a cond on a value")
+    if any(p is not None and set(p) - {"mosaic"} for p in branches_platforms):
+        raise ShapeError("a cond on a platform a program may run on")
+    return t.run(branches[branches_platforms.index(None)], ins[1:])
+
+
+_LARGEST_EVALUATED = 1 << 16  # elements: a constant computed while tracing stays small
+
+
+def _constant(t: _Tracer, v: Value) -> np.ndarray | None:
+    """The value of ``v`` where constants alone make it (iotas, fulls, parameters with values: the
+    indices ``jnp.diagonal`` gathers at), else None."""
+    if v.name in t.p.param_values:
+        return t.p.param_values[v.name]
+    made = _producer(t, v)
+    lower = OPS[made.name].lower if made is not None and made.name != OPAQUE else None
+    if made is None or lower is None or v.type.size > _LARGEST_EVALUATED:
+        return None
+    args = [_constant(t, x) for x in made.inputs]
+    if any(a is None for a in args):
+        return None
+    with jax.ensure_compile_time_eval():  # computed now, even inside an enclosing trace
+        return np.asarray(lower(*args, **made.attrs))
+
+
+def _gather(
+    t: _Tracer, ins: list[Value], *, dimension_numbers: Any, slice_sizes: tuple[int, ...], **_: Any
+) -> list[Value]:
+    """A gather of a matrix's elements (i, i), i = 0, 1, ... (``jnp.diagonal``'s): its ``diagonal``.
+    Other gathers stay opaque."""
+    x, at = ins
+    n = min(x.type.shape) if x.type.rank == 2 else -1
+    numbers = dimension_numbers
+    points = (
+        tuple(slice_sizes) == (1, 1)
+        and tuple(numbers.collapsed_slice_dims) == tuple(numbers.start_index_map) == (0, 1)
+        and not numbers.offset_dims
+        and not numbers.operand_batching_dims
+    )
+    where = _constant(t, at) if points and at.type.shape == (n, 2) else None
+    if where is None or not (where == np.arange(n)[:, None]).all():
+        raise ShapeError("a gather other than a matrix's diagonal")
+    return [t.op("diagonal", x)]
 
 
 def _div(t: _Tracer, ins: list[Value], **_: Any) -> list[Value]:
@@ -728,6 +786,8 @@ _HANDLERS: dict[str, Callable[..., list[Value]]] = {
     "rev": _rev,
     "pad": _pad,
     "sort": _sort,
+    "cond": _cond,
+    "gather": _gather,
     "argmax": _arg("argmax"),
     "argmin": _arg("argmin"),
     "convert_element_type": _convert,

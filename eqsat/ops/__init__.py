@@ -27,7 +27,7 @@ from .base import (
 from .conv import CONV
 from .elementwise import ARITHMETIC, FMA, FULL, IOTA, SELECT, UNARY
 from .layout import LAYOUT, REVERSE
-from .linear import DIAG, LINEAR, MATMUL
+from .linear import DIAG, DIAGONAL, LINEAR, MATMUL
 from .norm import NORMS
 from .order import ORDER
 from .reduce import MASKED_SOFTMAX, REDUCTIONS, SOFTMAX
@@ -68,7 +68,8 @@ _ORDER = [
     SOFTMAX,
 ]
 OPS: dict[str, OpDef] = {
-    op.name: op for op in [*_ORDER, *CONV, SCORES, MASKED_SOFTMAX, *NORMS, SCAN, *ORDER, DIAG, REVERSE]
+    op.name: op
+    for op in [*_ORDER, *CONV, SCORES, MASKED_SOFTMAX, *NORMS, SCAN, *ORDER, DIAG, DIAGONAL, REVERSE]
 }
 # Ops XLA's constant folding evaluates at compile time when all their inputs are constants: weights
 # packed (concat), laid out, or rescaled (a batch norm folded into a conv's weights) cost nothing.

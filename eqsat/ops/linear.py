@@ -190,6 +190,40 @@ def _jnp_diag(v: Array) -> Array:
     return jnp.diag(v)
 
 
+class MainDiagonal(ShapeRule):
+    """``(..., n, m)`` -> ``(..., min(n, m))``."""
+
+    def infer(self, shapes: Sequence[Shape], attrs: dict) -> Shape:
+        (x,) = shapes
+        if len(x) < 2:
+            raise ShapeError(f"diagonal needs a matrix (rank >= 2), got rank {len(x)}")
+        return (*x[:-2], min(x[-2:]))
+
+    def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
+        s = pattern["s0"]
+        last = f"(- (vec-length {s}) 1)"
+        rows, cols = f"(vec-get {s} (- {last} 1))", f"(vec-get {s} {last})"
+        return [("", f"(vec-set (vec-remove {s} {last}) (- {last} 1) (min {rows} {cols}))")]
+
+
+def _diagonal_bytes(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
+    """It reads the diagonal's elements only, and writes them."""
+    return float(2 * out.nbytes)
+
+
+def _diagonal(x: Array) -> Array:
+    return jnp.diagonal(x, axis1=-2, axis2=-1)
+
+
+DIAGONAL = OpDef(
+    "diagonal",
+    1,
+    "the main diagonal of x's last two axes (``jnp.diagonal`` of a matrix, Paddle's ``diag`` of one): "
+    "of a ``diag``, its vector",
+    shape=MainDiagonal(),
+    bytes=_diagonal_bytes,
+    lower=_diagonal,
+)
 DIAG = OpDef(
     "diag",
     1,

@@ -267,11 +267,13 @@ def _assign(r: _Reader, line: Line) -> list[Value]:
 @handles("pd.diag", "pd.diag_embed")
 def _diag(r: _Reader, line: Line) -> Results:
     """``paddle.diag(v)`` of a vector and ``paddle.diag_embed(x)`` onto the last two axes, on the main
-    diagonal with zeros beside it: ``diag``. Others (an offset, a padding value, a matrix's diagonal,
-    other axes) keep Paddle's meaning."""
+    diagonal with zeros beside it: ``diag``; ``paddle.diag`` of a matrix: its main ``diagonal``. Others
+    (an offset, a padding value, other axes) keep Paddle's meaning."""
     _arity(line, 1)
     x = r.tensor(line, line.operands[0])
     rank = x.type.rank + 1
+    if line.name.endswith("diag") and x.type.rank == 2 and line.attrs.get("offset", 0) == 0:
+        return [r.add(line, "diagonal", [x])]
     if line.name.endswith("diag_embed"):
         axes = (int(line.attrs.get("dim1", -2)) % rank, int(line.attrs.get("dim2", -1)) % rank)  # type: ignore[arg-type]
         plain = axes == (rank - 2, rank - 1)
