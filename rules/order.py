@@ -156,6 +156,19 @@ RULES = [
         exact=False,
     ),
     Rule(
+        "top-1",
+        "the top 1 of x is its argmax (its position) and its max (its value): one reduction, no TopK "
+        "(inexact: TopK ranks -NaN below every number, argmax and max every NaN above)",
+        (
+            Variant(TopK("x", axis=AXIS, k=1), Argmax("x", axis=AXIS, keepdim=1, dtype="int32")),
+            Variant(
+                TakeAlong("x", TopK("x", axis=AXIS, k=1), axis=AXIS), ReduceMax("x", axis=AXIS, keepdim=1)
+            ),
+        ),
+        _example,
+        exact=False,
+    ),
+    Rule(
         "softmax-at-positions",
         "a softmax's elements at some positions (its top k) are those scores normalized by the whole "
         "axis' max and sum: the normalized axis is never written",

@@ -451,6 +451,21 @@ def test_top_k_and_argmax_are_canonical_and_differentiate_as_jax_does(name, grad
     np.testing.assert_array_equal(jax.jit(grad)(x), jax.jit(jax.grad(lambda x: jnp.sum(fn(x) ** 2)))(x))
 
 
+def test_the_top_1_is_an_argmax_and_a_max():
+    """``lax.top_k(x, 1)`` needs no TopK: its position is the argmax, its value the max (or the element
+    there), where TopK costs more (XLA:CPU's costs three maxes; the default cost model times it)."""
+
+    def top_k_costs_more(op: str, attrs: dict, inputs: list, output: object) -> float:
+        return 100.0 if op == "top_k" else 1.0
+
+    fn = lambda x: lax.top_k(x, 1)[0] * 3.0 + lax.top_k(x, 1)[1]  # noqa: E731
+    x = _normal(3, 50)
+    jitted = eqsat.jit(fn, cost=top_k_costs_more)
+    ops = {op.name for op in jitted.result(x).program.live_ops()}
+    assert "argmax" in ops and "top_k" not in ops, ops
+    np.testing.assert_array_equal(jitted(x), jax.jit(fn)(x))
+
+
 @pytest.mark.parametrize(
     "fn",
     [

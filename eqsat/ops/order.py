@@ -65,9 +65,10 @@ def _top_k(x: Array, *, axis: int, k: int) -> Array:
 
 
 def _top_k_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
-    """One pass over the operand keeping the best k of each row: about log2(k + 1) comparisons each."""
+    """One pass over the operand keeping the best k of each row: XLA:CPU's TopK over 8 x 32000 floats
+    took the time of 3 maxes at k = 1 to 8, 3.4 at 40 and 5.8 at 128, as 3 + k / 48 comparisons each."""
     x = ins[0]
-    return [Kernel(float(x.size) * math.log2(attrs["k"] + 1), float(x.nbytes + out.nbytes))]
+    return [Kernel(float(x.size) * (3 + attrs["k"] / 48), float(x.nbytes + out.nbytes))]
 
 
 TOP_K = OpDef(
@@ -80,6 +81,9 @@ TOP_K = OpDef(
     dtype="int32",
     phases=_top_k_phases,
     axis_attr="axis",
+    # XLA:CPU's TopK of 1 over 8 x 32000 floats took 0.35 ms, an argmax and a max 0.22-0.28 ms: a
+    # custom call no roofline prices, so the default cost model times it
+    timed=True,
     check=numeric,
     lower=_top_k,
     positions=True,
