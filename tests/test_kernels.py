@@ -121,7 +121,15 @@ def test_another_programs_timings_leave_a_cached_program_cached(tmp_path):
 
 
 def test_the_default_model_times_this_devices_kernels_a_named_profile_does_not():
-    assert Roofline().timed_ops == {"conv2d", "conv2d_bias_act", "transpose", "scan", "top_k"}
+    assert Roofline().timed_ops == {
+        "conv2d",
+        "conv2d_bias_act",
+        "transpose",
+        "scan",
+        "top_k",
+        "sort",
+        "argsort",
+    }
     assert not Roofline("cpu").timed_ops and not Roofline("h100").timed_ops
 
 
