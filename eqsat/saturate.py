@@ -136,12 +136,12 @@ class SaturationReport:
 
     def rules_fired(self) -> dict[str, int]:
         """Total matches per rule (variants of one rule added up), rules that matched only; a program
-        rule's alternatives count as its matches."""
+        rule's alternatives count as its matches. By name: egglog reports them in no fixed order."""
         total: dict[str, int] = dict(self.proposed)
         for it in self.iterations:
             for name, n in it.by_rule().items():
                 total[name] = total.get(name, 0) + n
-        return total
+        return dict(sorted(total.items()))
 
 
 def sizes(egraph: bindings.EGraph) -> tuple[int, int]:
