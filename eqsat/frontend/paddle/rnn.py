@@ -60,14 +60,18 @@ CELLS: dict[str, Cell] = {
 
 
 def _direction(
-    cell: Cell, xs: Array, valid: Array, state: tuple[Array, ...], params: Any, reverse: bool
+    cell: Cell, xs: Array, valid: Array | None, state: tuple[Array, ...], params: Any, reverse: bool
 ) -> tuple[Any, ...]:
     """One direction over time; past a sequence's length (``valid`` false) its state is kept and its
-    output is 0, so the reversed direction starts at each sequence's own last step."""
+    output is 0, so the reversed direction starts at each sequence's own last step. Without lengths
+    (``valid`` None) every step counts, and no step selects."""
 
-    def step(carry: tuple[Array, ...], inputs: tuple[Array, Array]) -> tuple[tuple[Array, ...], Array]:
+    def step(carry: tuple[Array, ...], inputs: tuple[Array, Array | None]) -> tuple[tuple[Array, ...], Array]:
         x, keep = inputs
-        new = tuple(jnp.where(keep, n, c) for n, c in zip(cell(carry, x, params), carry, strict=True))
+        new = cell(carry, x, params)
+        if keep is None:
+            return new, new[0]
+        new = tuple(jnp.where(keep, n, c) for n, c in zip(new, carry, strict=True))
         return new, jnp.where(keep, new[0], jnp.zeros((), x.dtype))
 
     final, ys = lax.scan(step, state, (xs, valid), reverse=reverse)
@@ -82,9 +86,9 @@ def rnn(
     counts = [int(kind[1:]) if kind.startswith("l") else int(kind == "t") for kind in layout]
     states = list(tensors[: counts[1]])
     weights = tensors[counts[1] : counts[1] + counts[2]]
-    steps = jnp.arange(x.shape[0])[:, None, None]  # (T, 1, 1): each step, against each sequence's length
-    lengths = tensors[counts[1] + counts[2]] if counts[3] else jnp.full((x.shape[1],), x.shape[0])
-    valid = steps < lengths.reshape(1, -1, 1)
+    valid = None  # (T, B, 1): each step against each sequence's length, where the op has lengths
+    if counts[3]:
+        valid = jnp.arange(x.shape[0])[:, None, None] < tensors[counts[1] + counts[2]].reshape(1, -1, 1)
     cell, directions = CELLS[mode], 2 if is_bidirec else 1
     runs = num_layers * directions
     finals: list[list[Array]] = [[] for _ in states]
