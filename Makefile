@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(PY) -m bench.paddle_inference
 	$(PY) -m bench.cnn
 	$(PY) -m bench.conv
+	$(PY) -m bench.conv_layers
 	$(PY) -m bench.calibrated
 	$(PY) -m bench.mirage
 	$(PY) -m bench.cost_accuracy

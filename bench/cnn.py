@@ -1,7 +1,8 @@
 """Convolutional networks in plain JAX (NCHW and NHWC) and flax (NHWC): ResNet-18 and ResNet-50 at 32,
-64 and 224 input, MobileNetV2 and a MobileNetV3-small-style network (depthwise-separable), inference
-with batch norm on running statistics, weights closed over as a deployed model's are. eqsat.jit against
-jax.jit, interleaved in one process, and jax.jit against itself (the noise).
+64 and 224 input (224 at batch 1 and, ``_b8``, 8), MobileNetV2 and a MobileNetV3-small-style network
+(depthwise-separable), inference with batch norm on running statistics, weights closed over as a
+deployed model's are. eqsat.jit against jax.jit, interleaved in one process, and jax.jit against itself
+(the noise).
 
 Each network is optimized until an optimization times no new kernel (the first times those of its
 alternatives this device has not timed, later ones, as later processes would, the rest), then timed.
@@ -188,10 +189,11 @@ def _flax_resnet18(size: int, batch: int) -> Any:
 
 def _cases() -> dict[str, Callable[[], Any]]:
     cases: dict[str, Callable[[], Any]] = {}
-    for size, batch in ((32, 8), (64, 8), (224, 1)):
+    for size, batch in ((32, 8), (64, 8), (224, 1), (224, 8)):
         for depth in (18, 50):
             for layout in ("NCHW", "NHWC"):
-                cases[f"resnet{depth}_{size}_{layout.lower()}"] = (
+                batched = f"_b{batch}" if size == 224 and batch > 1 else ""
+                cases[f"resnet{depth}_{size}{batched}_{layout.lower()}"] = (
                     lambda d=depth, s=size, b=batch, lay=layout: _plain(
                         lambda n, x: resnet(n, x, d), s, b, lay
                     )

@@ -89,11 +89,12 @@ def select(names: Iterable[str] | None = None) -> list[Rule]:
 
 
 def resolve(rules: Iterable[Rule | str] | None, default: Iterable[str] | None = None) -> list[Rule]:
-    """Rules given as ``Rule`` objects and selector names (as ``select`` takes them); ``None``:
+    """Rules given as ``Rule`` objects and selector names (as ``select`` takes them), each once in the
+    order first named (``["default", "conv-winograd-4x4"]``, or a rule a theme also names); ``None``:
     ``select(default)``."""
     if rules is None:
         return select(default)
-    out: list[Rule] = []
+    out: dict[Rule, None] = {}
     for r in rules:
-        out.extend(select([r]) if isinstance(r, str) else [r])
-    return out
+        out |= dict.fromkeys(select([r]) if isinstance(r, str) else [r])
+    return list(out)

@@ -16,7 +16,7 @@ from typing import Any
 
 from eqsat.egglog_text import CONSTANT_VALUE, CONSTANT_WEIGHT
 from eqsat.ir import TensorType
-from eqsat.ops.conv import ALGORITHMS, CONV_AXES, LAYOUTS
+from eqsat.ops.conv import ALGORITHMS, CONV_AXES, LAYOUTS, WINOGRAD
 
 from .base import MultiVariant, Rule, Variant, both_ways, rand_shape
 from .ranges import RANGES, Magnitude, in_range, shift_moderate
@@ -429,7 +429,6 @@ def _formulation(algorithm: str, layout: str) -> tuple[Variant, ...]:
     ``algorithm``: im2col where the kernel reads more than one channel per group; shifted for a kernel
     of one channel per group (multiply-adds), or of at most ``MAX_PRODUCT_TAPS`` taps."""
     axes = CONV_AXES[layout]
-    window = {**WINDOW, "layout": layout}
     w = shape_of("w")
     per_group = get(w, axes.kernel_in)
     kh, kw = (get(w, k) for k in axes.kernel_spatial)
@@ -438,14 +437,56 @@ def _formulation(algorithm: str, layout: str) -> tuple[Variant, ...]:
         cases = [dense]
     else:
         cases = [(equal(per_group, 1),), (*dense, at_most(kh * kw, MAX_PRODUCT_TAPS))]
+    window = {**WINDOW, "layout": layout}
+    return tuple(
+        v for case in cases for v in _computed_by(algorithm, window, (wide_float(dtype_of("x")), *case))
+    )
+
+
+def _computed_by(algorithm: str, window: dict[str, Any], guards: tuple[str, ...]) -> tuple[Variant, ...]:
+    """A conv over ``window`` and the same with its bias and epilogue, by XLA's conv and by ``algorithm``."""
     direct = ALGORITHMS[0]
     conv = {a: Conv2d("x", "w", **window, algorithm=a) for a in (direct, algorithm)}
     fused = {a: Conv2dBiasAct("x", "w", "c", **window, act="act", algorithm=a) for a in (direct, algorithm)}
+    return tuple(Variant(term[direct], term[algorithm], guards) for term in (conv, fused))
+
+
+# What Winograd assumes of run-time data: a tile's transform sums up to 4 of its elements (F(2x2,
+# 3x3); F(4x4, 3x3) weighs them up to 196 in all), which overflows where the data comes within that
+# factor of the dtype's largest value and the direct sum does not
+TILES_IN_RANGE = "the sums its tile transforms take of the data and of the products stay in range"
+
+
+def _winograd(algorithm: str) -> tuple[Variant, ...]:
+    """A stride-1, undilated, one-group 3x3 conv in either layout by XLA's conv and by Winograd's
+    ``algorithm`` (float32/float64: the transforms lose a few bits more than the direct sum)."""
     return tuple(
-        Variant(term[direct], term[algorithm], (wide_float(dtype_of("x")), *case))
-        for case in cases
-        for term in (conv, fused)
+        v
+        for layout in LAYOUTS
+        for v in _computed_by(
+            algorithm,
+            {"strides": (1, 1), "padding": PADDING, "dilations": (1, 1), "groups": 1, "layout": layout},
+            (
+                wide_float(dtype_of("x")),
+                *(equal(get(shape_of("w"), k), 3) for k in CONV_AXES[layout].kernel_spatial),
+            ),
+        )
     )
+
+
+def _winograd_example(rng: Any) -> dict[str | Var, Any]:
+    """A 3x3 conv of one group, stride 1, random padding, in either layout, at maps down to 1x1."""
+    c, o = (int(d) for d in rng.integers(1, 6, 2))
+    p = tuple(int(d) for d in rng.integers(0, 3, 4))
+    h, w = (max(int(d), 3 - p[2 * i] - p[2 * i + 1], 1) for i, d in enumerate(rng.integers(1, 11, 2)))
+    nchw = bool(rng.integers(2))
+    return {
+        "x": TensorType((2, c, h, w) if nchw else (2, h, w, c), F32),
+        "w": TensorType((o, c, 3, 3) if nchw else (3, 3, c, o), F32),
+        "c": TensorType((o,), F32),
+        PADDING: p,
+        "act": str(rng.choice(["none", "relu"])),
+    }
 
 
 def window_example(rng: Any, dense: bool = False) -> dict[str | Var, Any]:
@@ -537,6 +578,19 @@ RULES = [
         (*_formulation("im2col", "NCHW"), *_formulation("im2col", "NHWC")),
         lambda rng: window_example(rng, dense=True),
         exact=False,  # the same products, summed in another order
+    ),
+    *(
+        Rule(
+            f"conv-{algorithm}",
+            f"a stride-1 3x3 conv is Winograd's F({m}x{m}, 3x3): tiles of {m + 2}x{m + 2} and the kernel "
+            f"transformed, {(m + 2) ** 2} products over the channels, each tile transformed back",
+            _winograd(algorithm),
+            _winograd_example,
+            exact=False,  # fewer products, of transformed operands
+            default=m == 2,  # F(4x4, 3x3) rounds 5x more than the direct sum (1.8e-5 at 256 channels)
+            assumes=TILES_IN_RANGE,
+        )
+        for algorithm, m in WINOGRAD.items()
     ),
     Rule(
         "merge-shared-input-convs",

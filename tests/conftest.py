@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import jax
 import pytest
 
 from eqsat import config
@@ -24,6 +25,11 @@ config.update("kernel_seconds", 0)
 # eqsat.jit's first call waits for the optimization: a test of its output tests the optimized program
 os.environ["EQSAT_BACKGROUND"] = "0"
 config.update("background", False)
+# float32 products at float32 precision: on a GPU JAX's default rounds a float32 product's operands to
+# TF32 (10 bits), so two formulations of one conv (Winograd's against cuDNN's) differ by 1e-3 there,
+# which no float32 tolerance here allows (XLA:CPU computes float32 products in float32 either way)
+if jax.default_backend() != "cpu":
+    jax.config.update("jax_default_matmul_precision", "highest")
 
 
 @pytest.fixture(autouse=True)

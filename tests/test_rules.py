@@ -13,7 +13,7 @@ from jax import lax
 import eqsat
 from eqsat import EqsatError, MiscompileError
 from eqsat.ir import TensorType
-from eqsat.rules import ALL_RULES, RULESETS, select
+from eqsat.rules import ALL_RULES, RULESETS, resolve, select
 from eqsat.rules.base import rule
 from eqsat.verify import check_rule
 from tests.agreement import close_to_jax_jit, same_as_jax_jit
@@ -315,3 +315,10 @@ def test_comparisons_with_nan_fold_as_ieee_says(rules):
         jnp.array([1.5, -2.0], jnp.float32),
         rules=rules,
     )
+
+
+def test_a_rule_named_twice_is_used_once():
+    """A default rule named again beside ``default`` (or one a theme also names) once failed saturation
+    ("Rule already exists")."""
+    rules = resolve(["default", "conv-winograd-2x2", "conv-winograd-4x4", "conv-winograd-4x4"])
+    assert len(rules) == len({r.name for r in rules}) == len(resolve(["default"])) + 1

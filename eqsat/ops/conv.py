@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from math import prod
 from typing import Any, NamedTuple
@@ -19,6 +19,7 @@ from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule, vec
 from eqsat.types import TensorType
 
+from . import winograd
 from .base import ACT, AXIS, Attr, Kernel, OpDef, contraction_kind, floats, product_kind, spelled
 from .elementwise import ACTIVATIONS
 
@@ -379,17 +380,53 @@ _WINDOW = (
     Attr("padding", "ints", (0, 0, 0, 0)),  # (top, bottom, left, right)
 )
 _LAYOUT = Attr("layout", "str", "NCHW", LAYOUTS)
+Formulation = Callable[[Array, Array, Window], Array]
+
+
+def _winograd(m: int) -> Formulation:
+    def formulation(x: Array, w: Array, window: Window) -> Array:
+        if x.size == 0 or w.size == 0:
+            return _padding_only(x, w, window)
+        return winograd.conv(x, w, window.padding, CONV_AXES[window.layout].spatial, window.layout, m)
+
+    return formulation
+
+
 # How a conv is computed (each lowered its own way, equated by a checked rule; the cost model picks):
-# XLA's conv kernel, the per-tap products of ``_shifted``, or the one product of ``_im2col``
+# XLA's conv kernel, the per-tap products of ``_shifted``, or the one product of ``_im2col``, for any
+# window; Winograd's F(2x2, 3x3) or F(4x4, 3x3) (``eqsat.ops.winograd``) for a stride-1, undilated,
+# one-group 3x3 conv alone
 ALGORITHMS = ("direct", "shifted", "im2col")
-_FORMULATIONS = {"shifted": _shifted, "im2col": _im2col}
+WINOGRAD = {"winograd-2x2": 2, "winograd-4x4": 4}
+_FORMULATIONS: dict[str, Formulation] = {
+    "shifted": _shifted,
+    "im2col": _im2col,
+    **{name: _winograd(m) for name, m in WINOGRAD.items()},
+}
 _CONV_ATTRS = (
     *_WINDOW,
     Attr("dilations", "ints", (1, 1)),
     Attr("groups", "int", 1),
     _LAYOUT,
-    Attr("algorithm", "str", "direct", ALGORITHMS),
+    Attr("algorithm", "str", "direct", (*ALGORITHMS, *WINOGRAD)),
 )
+
+
+def _fits_algorithm(types: Sequence[TensorType], attrs: dict) -> str | None:
+    """Dtype check, and a Winograd algorithm only for the convs it computes."""
+    problem = floats(types, attrs)
+    algorithm = attrs["algorithm"]
+    if problem or algorithm not in WINOGRAD:
+        return problem
+    kernel = tuple(types[1].shape[a] for a in CONV_AXES[attrs["layout"]].kernel_spatial)
+    window = (tuple(attrs["strides"]), tuple(attrs["dilations"]), attrs["groups"], kernel)
+    if window != ((1, 1), (1, 1), 1, (3, 3)):
+        strides, dilations, groups, _ = window
+        return (
+            f"{algorithm} computes stride-1, undilated, one-group 3x3 convs, not strides {strides}, "
+            f"dilations {dilations}, {groups} groups, a {kernel[0]}x{kernel[1]} kernel"
+        )
+    return None
 
 
 def _conv_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
@@ -401,6 +438,8 @@ def _conv_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> lis
     x, w = ins[:2]
     axes = CONV_AXES[attrs["layout"]]
     written = float(out.nbytes)
+    if attrs["algorithm"] in WINOGRAD:
+        return winograd.kernels(x, out, axes.channel, axes.spatial, 3, WINOGRAD[attrs["algorithm"]])
     if attrs["algorithm"] == "direct":
         op = "conv:depthwise" if depthwise(ins, attrs) else "conv"
         kind = contraction_kind(op, x.dtype, attrs["layout"])
@@ -447,8 +486,9 @@ CONV = [
         "2-D convolution (cross-correlation) of x by kernel w: NCHW data with an OIHW kernel, or NHWC "
         "with HWIO; strides, padding (top, bottom, left, right), dilations of the kernel, groups "
         "(groups = channels: depthwise); algorithm: XLA's conv (direct), the sum over the taps that read "
-        "data of the data shifted to the tap times its weights (shifted), or those shifted slices "
-        "stacked and one product (im2col)",
+        "data of the data shifted to the tap times its weights (shifted), those shifted slices "
+        "stacked and one product (im2col), or for a stride-1 3x3 conv of one group Winograd's "
+        "F(2x2, 3x3) or F(4x4, 3x3) (winograd-2x2, winograd-4x4)",
         _CONV_ATTRS,
         Conv2d(),
         flops=_conv_flops,
@@ -456,7 +496,7 @@ CONV = [
         contraction="conv",
         timed=True,
         phases=_conv_phases,
-        check=floats,
+        check=_fits_algorithm,
         lower=_conv2d,
     ),
     OpDef(
@@ -471,7 +511,7 @@ CONV = [
         contraction="conv",
         timed=True,
         phases=_conv_phases,
-        check=floats,
+        check=_fits_algorithm,
         lower=_conv2d_bias_act,
         spellings=(_flax_conv_relu,),
     ),
