@@ -541,11 +541,15 @@ def _fused_conv_and_grads(algorithm, x, w, bias, weights, window):
     return run(x, w), jax.grad(lambda x, w: jnp.sum(run(x, w) * weights), (0, 1))(x, w)
 
 
+@pytest.mark.parametrize("stacked", [True, False])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("algorithm", WINOGRAD)
-def test_winograd_computes_the_direct_conv(algorithm, layout):
+def test_winograd_computes_the_direct_conv(algorithm, layout, stacked, monkeypatch):
     """Every padding and map size (down to one output, maps not a whole number of tiles), with a bias
-    and relu in the fused op: values and gradients as XLA's conv (F(4x4, 3x3) to its looser bound)."""
+    and relu in the fused op, the products batched or one per cell: values and gradients as XLA's conv
+    (F(4x4, 3x3) to its looser bound)."""
+    if not stacked:
+        monkeypatch.setattr(winograd, "STACKED_MAX_BYTES", 0)
     rng = np.random.default_rng(len(algorithm) + len(layout))
     tol = 1e-5 if algorithm == "winograd-2x2" else 1e-4
     for _ in range(6):
