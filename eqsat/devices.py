@@ -17,6 +17,7 @@ from typing import Any
 import jax
 
 from eqsat.config import config
+from eqsat.version import __version__ as eqsat_version
 
 FUSED_CPU_ATTENTION = tuple(int(part) for part in version("jax").split(".")[:2]) >= (0, 11)
 """Whether XLA:CPU runs a whole attention block (q kᵀ, softmax, × v) as one fast fused kernel: from
@@ -257,11 +258,13 @@ def get_device(name: str) -> Device:
         raise KeyError(f"unknown device {name!r} (known: {', '.join(DEVICES)}, calibrated)") from None
 
 
-def device_file(prefix: str) -> Path:
+def device_file(prefix: str, versioned: bool = False) -> Path:
     """``<prefix>-<backend>-<device kind>.json`` in ``eqsat.config.cache_dir``: what eqsat measured
-    on this device."""
+    on this device; ``versioned``: ``...-eqsat<version>-jax<version>.json``, for timings of programs
+    eqsat lowers, which another eqsat (its formulations) or JAX (its compiler) runs otherwise."""
     kind = str(jax.devices()[0].device_kind).replace(" ", "_").replace("/", "_")
-    return config.cache_dir / f"{prefix}-{jax.default_backend()}-{kind}.json"
+    versions = f"-eqsat{eqsat_version}-jax{jax.__version__}" if versioned else ""
+    return config.cache_dir / f"{prefix}-{jax.default_backend()}-{kind}{versions}.json"
 
 
 def profile_path() -> Path:

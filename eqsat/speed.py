@@ -75,7 +75,7 @@ class Verdicts:
     device kind), by what was compared: a comparison is timed once, by any process."""
 
     def __init__(self) -> None:
-        self.path = device_file("verdicts")
+        self.path = device_file("verdicts", versioned=True)
 
     @staticmethod
     def key(kind: str, *texts: str) -> str:

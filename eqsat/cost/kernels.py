@@ -63,7 +63,7 @@ class Call(NamedTuple):
 
 def default_table() -> Path:
     """A file in ``eqsat.config.cache_dir`` per backend and device kind."""
-    return device_file("kernels")
+    return device_file("kernels", versioned=True)
 
 
 class KernelTimes:

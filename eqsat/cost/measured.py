@@ -25,7 +25,7 @@ from .models import CostModel, Roofline, phases, this_device
 
 def default_cache() -> Path:
     """A file in ``eqsat.config.cache_dir`` per backend and device kind."""
-    return device_file("measured")
+    return device_file("measured", versioned=True)
 
 
 class Measured(CostModel):
