@@ -593,3 +593,10 @@ def test_a_conv_extracted_as_winograd_runs_as_the_program(algorithm):
 
     result = eqsat.optimize(program, ["default", "conv-" + algorithm], cost=cost, verify=True)
     assert [op.attrs["algorithm"] for op in result.program.ops if op.name.startswith("conv")] == [algorithm]
+
+
+def test_a_winograd_conv_of_a_bad_kernel_rank_is_the_shape_rules_error():
+    b = Builder()
+    x, w = b.input("x", (1, 4, 8, 8)), b.input("w", (4, 4, 3))
+    with pytest.raises(eqsat.ShapeError, match="conv2d needs rank-4 data and kernel"):
+        b.conv2d(x, w, padding=(1, 1, 1, 1), algorithm="winograd-2x2")

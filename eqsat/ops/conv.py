@@ -416,7 +416,7 @@ def _fits_algorithm(types: Sequence[TensorType], attrs: dict) -> str | None:
     """Dtype check, and a Winograd algorithm only for the convs it computes."""
     problem = floats(types, attrs)
     algorithm = attrs["algorithm"]
-    if problem or algorithm not in WINOGRAD:
+    if problem or algorithm not in WINOGRAD or types[1].rank != 4:  # the shape rule names a bad rank
         return problem
     kernel = tuple(types[1].shape[a] for a in CONV_AXES[attrs["layout"]].kernel_spatial)
     window = (tuple(attrs["strides"]), tuple(attrs["dilations"]), attrs["groups"], kernel)
