@@ -93,9 +93,14 @@ def _transform(parts: list[Array], matrix: Matrix) -> list[Array]:
     return [_combine(parts, row) for row in matrix]
 
 
+def _kernel_size(w: Array, layout: str) -> int:
+    """r of an r x r kernel, HWIO (NHWC) or OIHW (NCHW)."""
+    return w.shape[0] if layout == "NHWC" else w.shape[2]
+
+
 def kernel_transform(w: Array, layout: str, m: int) -> Array:
     """G g G^T of every (input, output) channel pair of the kernel: ((m + r - 1)^2, I, O)."""
-    r = w.shape[0] if layout == "NHWC" else w.shape[2]
+    r = _kernel_size(w, layout)
     gm = np.asarray([[float(v) for v in row] for row in transforms(m, r)[1]], w.dtype)
     u = jnp.einsum("ak,klio,bl->abio" if layout == "NHWC" else "ak,oikl,bl->abio", gm, w, gm)
     return u.reshape(-1, *u.shape[2:])
@@ -106,7 +111,7 @@ def conv(
 ) -> Array:
     """A stride-1, undilated, one-group conv with an r x r kernel by F(m x m, r x r). ``spatial``: the
     data's spatial axes; ``layout``: NHWC (kernel HWIO) or NCHW (kernel OIHW)."""
-    r = w.shape[0] if layout == "NHWC" else w.shape[2]
+    r = _kernel_size(w, layout)
     n = m + r - 1
     at, _, bt = transforms(m, r)
     out = [x.shape[a] + padding[2 * i] + padding[2 * i + 1] - r + 1 for i, a in enumerate(spatial)]
@@ -121,11 +126,9 @@ def conv(
         for row in rows
         for v in _transform([_strided(row, spatial[1], k, tiles[1], m) for k in range(n)], bt)
     ]
-    u = kernel_transform(w, layout, m)
-    prods = _products(cells, u, layout)
-    grid = [[prods[a * n + b] for b in range(n)] for a in range(n)]
-    half = [_combine([grid[a][b] for a in range(n)], row) for row in at for b in range(n)]
-    outs = [_combine(half[i * n : (i + 1) * n], row) for i in range(m) for row in at]
+    prods = _products(cells, kernel_transform(w, layout, m), layout)
+    columns = [_transform([prods[a * n + b] for a in range(n)], at) for b in range(n)]  # [b][i]
+    outs = [v for i in range(m) for v in _transform([column[i] for column in columns], at)]
     return _interleave(outs, m, tiles, out, layout)
 
 
@@ -139,7 +142,7 @@ STACKED_MAX_BYTES = 4 << 20
 def _products(cells: list[Array], u: Array, layout: str) -> list[Array]:
     """Each transformed tile times its cell of the transformed kernel, over the input channels."""
     dtype = cells[0].dtype
-    if len(cells) * cells[0].size * cells[0].dtype.itemsize <= STACKED_MAX_BYTES:
+    if len(cells) * cells[0].size * dtype.itemsize <= STACKED_MAX_BYTES:
         spec = "tnhwi,tio->tnhwo" if layout == "NHWC" else "tnihw,tio->tnohw"
         return list(jnp.einsum(spec, jnp.stack(cells), u, preferred_element_type=dtype))
     spec = "nhwi,io->nhwo" if layout == "NHWC" else "nihw,io->nohw"
