@@ -580,7 +580,7 @@ def test_winograd_is_refused_for_a_conv_it_does_not_compute():
 
 @pytest.mark.parametrize("algorithm", WINOGRAD)
 def test_a_conv_extracted_as_winograd_runs_as_the_program(algorithm):
-    """F(2x2, 3x3) is a default rule; F(4x4, 3x3), which rounds about 5x more than the direct sum at
+    """F(2x2, 3x3) is a default rule; F(4x4, 3x3), which rounds about 4x more than the direct sum at
     real channel counts, is chosen in by name. A cost that prefers either gets it, validated."""
     default = {r.name for r in resolve(["default"])}
     assert ("conv-" + algorithm in default) == (algorithm == "winograd-2x2")
