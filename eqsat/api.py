@@ -23,7 +23,8 @@ from eqsat.egglog_text import REWRITES
 from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog
 from eqsat.errors import ShapeError
 from eqsat.extract import TIE_BREAK, Choice, alternatives, greedy_dag, greedy_tree, ilp, taken_together
-from eqsat.ir import Program
+from eqsat.guided import following
+from eqsat.ir import Program, Value
 from eqsat.layout import drop_unit_dims
 from eqsat.ops import OPS
 from eqsat.progress import ProgressBar
@@ -277,31 +278,84 @@ class OptimizeResult:
     @cached_property
     def fn(self) -> Callable[..., Any]:
         """The optimized program, jitted. Called with inputs of other sizes of the original's dynamic
-        dims, it optimizes the program specialized to them once per signature (as jax.jit traces once
-        per signature); an input of the wrong rank, dtype or fixed size is a ShapeError naming it.
+        dims, it runs ``specialized``'s program for them, found once per signature (as jax.jit traces
+        once per signature); an input of the wrong rank, dtype or fixed size is a ShapeError naming it.
         Each signature is checked once: later calls cost a dictionary lookup before jax's dispatch."""
         from eqsat.lowering import lower
 
-        run = jax.jit(lower(self.program))
         by_signature: dict[tuple[Any, ...], Callable[..., Any]] = {}
-
-        def specialized(args: Sequence[Any]) -> Callable[..., Any]:
-            shapes = _input_shapes(self.original, args)
-            if shapes == tuple(v.type.shape for v in self.original.inputs):
-                return run
-            bound = {v.name: s for v, s in zip(self.original.inputs, shapes, strict=True) if v.name}
-            assert self.original.specialize is not None  # _input_shapes checked the sizes otherwise
-            options = self.options or Options.of()
-            return jax.jit(lower(optimize_with(self.original.specialize(bound), options).program))
 
         def fn(*args: Any) -> Any:
             key = tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in args)
             runner = by_signature.get(key)
             if runner is None:
-                runner = by_signature[key] = specialized(args)
+                runner = by_signature[key] = jax.jit(lower(self.specialized(*args).program))
             return runner(*args)
 
         return fn
+
+    @cached_property
+    def _specializations(self) -> dict[tuple[tuple[int, ...], ...], OptimizeResult]:
+        return {}
+
+    def specialized(self, *args: Any) -> OptimizeResult:
+        """The result for inputs shaped as ``args`` (arrays or ``jax.ShapeDtypeStruct``s), found once
+        per shape: this one at the shapes it has. At other sizes of the original's dynamic dims, the
+        program read again at them and optimized once for all sizes: this result's choices (or, where
+        this one has a dynamic dim of 1, which its optimization drops, those made at 2) are carried
+        to the new size, found in its saturated e-graph (``eqsat.guided``; no kernel timed, no
+        program measured; the report's note says so); where they cannot be, it is optimized itself.
+        An input of the wrong rank, dtype or fixed size is a ShapeError naming it."""
+        shapes = _input_shapes(self.original, args)
+        own = tuple(v.type.shape for v in self.original.inputs)
+        if shapes == own:
+            return self
+        options = self.options or Options.of()
+        # the sizes whose choices are carried: this result's, a dynamic dim of 1 taken at 2
+        sizes = tuple(
+            tuple(2 if d == DYNAMIC and n == 1 else n for d, n in zip(self._declared(v), s, strict=True))
+            for v, s in zip(self.original.inputs, own, strict=True)
+        )
+        template = self if sizes == own else self._at(sizes, lambda p: optimize_with(p, options))
+        if shapes == sizes:
+            return template
+        return self._at(shapes, lambda p: carry(p, template, options) or optimize_with(p, options))
+
+    def _declared(self, value: Value) -> tuple[int, ...]:
+        """An input's shape as declared (``DYNAMIC`` where a size is left to the call)."""
+        return self.original.dynamic.get(value.name or "", value.type.shape)
+
+    def _at(
+        self, shapes: tuple[tuple[int, ...], ...], optimized: Callable[[Program], OptimizeResult]
+    ) -> OptimizeResult:
+        """The result at ``shapes``, kept: the original read again at them, then ``optimized``."""
+        known = self._specializations.get(shapes)
+        if known is None:
+            bound = {v.name: s for v, s in zip(self.original.inputs, shapes, strict=True) if v.name}
+            assert self.original.specialize is not None  # _input_shapes checked the sizes otherwise
+            known = self._specializations[shapes] = optimized(self.original.specialize(bound))
+        return known
+
+
+def carry(program: Program, template: OptimizeResult, options: Options) -> OptimizeResult | None:
+    """``program`` (the template's original at other sizes of its dynamic dims) optimized as the
+    template was: saturated, then the template's program found in its e-graph (``eqsat.guided``), no
+    kernel timed and nothing measured; None where it is not found there. Never cached: what
+    ``optimize`` returns for ``program`` is its own optimization. Control-flow bodies are optimized
+    at the new size as ``optimize`` would, their kernels priced by the cost model, none timed."""
+    limits = replace(options.limits, kernel_seconds=0.0)
+    deadline = Deadline(limits.timeout_s)
+    job = _Job(options.rules, options.cost, limits, None, options.extractor, deadline, template.program)
+    try:
+        result = _optimized(program, job)
+    except NotFound:
+        return None
+    sizes = ", ".join("x".join(map(str, v.type.shape)) or "scalar" for v in template.original.inputs)
+    note = f"the program optimized at {sizes} carried to this size (eqsat.guided): no kernel timed"
+    report = replace(
+        result.report, note="; ".join(filter(None, [note, result.report.note])), extractor=CARRIED
+    )
+    return _finished(program, options, replace(result, report=report), None, "off")
 
 
 def _input_shapes(program: Program, args: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
@@ -332,6 +386,7 @@ def _input_shapes(program: Program, args: Sequence[Any]) -> tuple[tuple[int, ...
 
 
 EXTRACTORS = ("auto", "greedy", "ilp", "egglog")
+CARRIED = "carried"  # the extractor of a result carried from another size (``OptimizeResult.specialized``)
 
 
 def optimize(
@@ -438,6 +493,11 @@ class _Job:
     progress: Callable[[Iteration], None] | None
     extractor: str
     deadline: Deadline
+    template: Program | None = None  # extract the program that follows this one (``carry``)
+
+
+class NotFound(Exception):
+    """A carried template has no counterpart in the e-graph (``carry`` optimizes the size itself)."""
 
 
 def _optimized(program: Program, job: _Job) -> OptimizeResult:
@@ -450,7 +510,7 @@ def _optimized(program: Program, job: _Job) -> OptimizeResult:
         ).program
 
     program = _with_bodies_optimized(program, body)
-    repeats = find_repeats(program)
+    repeats = find_repeats(program) if job.template is None else None  # a template is the whole program
     if repeats is not None and not _proposals_across_segments(program, repeats, job):
         return _optimize_repeats(repeats, job)
     return _optimize_whole(program, job)
@@ -647,6 +707,12 @@ def _optimize_whole(program: Program, job: _Job) -> OptimizeResult:
         graph = Serialized(egraph.serialize([]).to_json())  # kept for pictures, extracted or not
         if _holds_the_program_alone(sat, program):  # nothing to choose
             best, extractor, after = program, job.extractor, model.program_cost(program)
+        elif job.template is not None:
+            choice = following(graph, enc, program, job.template)
+            if choice is None:
+                raise NotFound
+            best = decode(graph, enc, choice, program)
+            extractor, after = job.extractor, model.program_cost(best)
         elif job.extractor == "egglog":
             best = extract_with_egglog(egraph, enc, program)
             extractor, after = job.extractor, model.program_cost(best)

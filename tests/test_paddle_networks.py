@@ -36,6 +36,27 @@ def test_a_network_saved_with_a_dynamic_batch_matches_paddle_inference(name, tmp
             np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
+def test_a_dynamic_batch_is_optimized_once_for_every_size(tmp_path):
+    """Batch 2 is optimized (the template: batch 1's program drops the batch); 3, 5 and 8 carry its
+    choices, found in their own e-graphs: no kernel timed, the template's ops (its copies of a repeated
+    layer's constants are one value in an e-graph), Paddle's outputs."""
+    name = "transformer_encoder"
+    path = save(name, tmp_path)
+    result = eqsat.optimize(eqsat.load(path))
+    template = result.specialized(*inputs(name, 2))
+    assert template.report.extractor != "carried"
+    paddle_inference = predictor(path)
+    for batch in (3, 5, 8):
+        xs = inputs(name, batch, seed=batch)
+        carried = result.specialized(*xs)
+        assert carried.report.extractor == "carried", carried.report.note
+        assert carried.report.kernels_timed == 0
+        ops, kept = carried.program.op_counts(), template.program.op_counts()
+        assert ops.keys() == kept.keys() and all(ops[k] <= kept[k] for k in ops), (ops, kept)
+        (got,), (want,) = result.fn(*xs), paddle_inference(xs)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
 class _Branching(paddle.nn.Layer):
     """``to_static`` code with an ``if`` on a tensor: a ``pd_op.if`` whose branches read a weight."""
 
