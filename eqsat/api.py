@@ -350,6 +350,8 @@ def carry(program: Program, template: OptimizeResult, options: Options) -> Optim
         result = _optimized(program, job)
     except NotFound:
         return None
+    if result.report.cut_short or result.report.saturation.stopped(Stop.ERROR):
+        return None  # a safety net or a failure, not the template, decided: optimize_with reports it
     sizes = ", ".join("x".join(map(str, v.type.shape)) or "scalar" for v in template.original.inputs)
     note = f"the program optimized at {sizes} carried to this size (eqsat.guided): no kernel timed"
     report = replace(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import eqsat
-from eqsat import Builder
+from eqsat import Builder, Limits
 from eqsat.api import CARRIED, Options, carry
 from eqsat.ir import Program
 from eqsat.lowering import lower
@@ -95,3 +95,11 @@ def test_a_carried_program_is_checked_where_verification_is_asked(monkeypatch):
     carried = result.specialized(_x(3))
     assert carried.report.extractor == CARRIED
     assert [p.inputs[0].type.shape for p in checked] == [(3, 8, 16)]
+
+
+def test_a_carry_cut_short_by_the_time_limit_is_not_kept():
+    """The time limit passes before saturation ends: the template did not decide, so nothing is
+    carried (``specialized`` then optimizes the size itself, reporting the cut)."""
+    template = eqsat.optimize(_block(2))
+    assert carry(_block(5), template, Options.of(limits=Limits(timeout_s=0.0))) is None
+    assert carry(_block(5), template, Options.of()) is not None
