@@ -408,7 +408,8 @@ def optimize(
     With ``verify``, both programs run on random inputs and a difference raises
     ``eqsat.MiscompileError``. ``extractor``: ``greedy``,
     ``ilp`` (exact, HiGHS, warm-started from greedy, best found within ``limits.ilp_timeout_s``),
-    ``auto`` (ILP up to ``ILP_MAX_NODES`` e-nodes), or ``egglog`` (egglog's own tree extraction, as a reference).
+    ``auto`` (ILP up to ``ILP_MAX_NODES`` e-nodes), or ``egglog`` (egglog's own tree extraction, as a
+    reference).
     ``progress``: by default a progress bar (a notebook widget, or text on a terminal's stderr) once
     saturation has run a second; False for none; or a function called with each ``Iteration``.
     ``cache``: reuse the result of an earlier process that optimized the same program the same way

@@ -130,8 +130,13 @@ def _apart(a: Any, b: Any) -> int | None:
     if isinstance(a, Sequence) and not isinstance(a, str):
         if not isinstance(b, Sequence) or isinstance(b, str) or len(a) != len(b):
             return None
-        parts = [_apart(x, y) for x, y in zip(a, b, strict=True)]
-        return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+        total = 0
+        for x, y in zip(a, b, strict=True):
+            part = _apart(x, y)
+            if part is None:
+                return None
+            total += part
+        return total
     if type(a) is int and type(b) is int:
         return int(a != b)
     return 0 if type(a) is type(b) and a == b else None

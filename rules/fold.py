@@ -5,6 +5,7 @@ masks built from constants (``jnp.tril``'s ``where(c, True, False)``, ``True & m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from eqsat.ir import TensorType
@@ -110,6 +111,39 @@ def _mask_example(rng: Any) -> dict[str, Any]:
 
 
 _ZERO = Full(shape=SCALAR, value=0.0, dtype="d")
+
+
+def _compared(compare: Callable[..., str], relation: Callable[..., str], holds: bool) -> Variant:
+    """compare(a, b) of two constants is ``holds`` where ``relation(a, b)`` and neither is NaN."""
+    lhs = compare(Full(shape="sa", value="a", dtype="d"), Full(shape="sb", value="b", dtype="d"))
+    guards = (not_nan("a"), not_nan("b"), relation("a", "b"), equal("s", shape_of(lhs)))
+    return Variant(lhs, Full(shape="s", value=float(holds), dtype="bool"), guards)
+
+
+_CONST_A, _CONST_B = (Full(shape="s", value=v, dtype="d") for v in "ab")
+_CONST_V = Full(shape="sv", value="v", dtype="d")
+
+
+def _into_select(compare: Callable[..., str]) -> Variant:
+    """compare(where(c, a, b), v) is where(c, compare(a, v), compare(b, v)) where v broadcasts into
+    the select's shape."""
+    lhs = compare(Select("c", _CONST_A, _CONST_B), _CONST_V)
+    rhs = Select("c", compare(_CONST_A, _CONST_V), compare(_CONST_B, _CONST_V))
+    return Variant(lhs, rhs, (equal(shape_of(lhs), "s"),))
+
+
+def _broadcasting(rng: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape that broadcasts into ``shape``: a scalar's, or ``shape`` with some axes 1."""
+    return () if rng.random() < 0.3 else tuple(d if rng.random() < 0.7 else 1 for d in shape)
+
+
+def _select_of_fulls_example(rng: Any) -> dict[str, Any]:
+    """A condition c, the constants a and b of its shape, v of a shape that broadcasts into it."""
+    s = rand_shape(rng, 2)
+    values = {v: float(rng.choice([0.0, -3.0, 16.0])) for v in "abv"}
+    return {"c": TensorType(s, "bool"), "d": "float32", "s": s, "sv": _broadcasting(rng, s), **values}
+
+
 RULES += [
     rule(
         "select-true-false",
@@ -159,17 +193,10 @@ RULES += [
     ),
     Rule(
         "compare-fulls",
-        "a comparison of two scalar constants, neither NaN, is the constant True or False (equinox "
-        "checks n > 0); a NaN compares false in IEEE, not as egglog orders it",
+        "a comparison of two constants, neither NaN, is the constant True or False (equinox checks "
+        "n > 0) of their broadcast shape; a NaN compares false in IEEE, not as egglog orders it",
         tuple(
-            Variant(
-                compare(
-                    Full(shape=SCALAR, value="a", dtype="d"),
-                    Full(shape=SCALAR, value="b", dtype="d"),
-                ),
-                Full(shape=SCALAR, value=float(holds), dtype="bool"),
-                (not_nan("a"), not_nan("b"), (relation if holds else negated)("a", "b")),
-            )
+            _compared(compare, relation if holds else negated, holds)
             for compare, relation, negated in (
                 (Gt, greater, at_most),
                 (Lt, less, at_least),
@@ -182,7 +209,15 @@ RULES += [
             "a": float(rng.choice([0.0, 16.0])),
             "b": float(rng.choice([0.0, 16.0])),
             "d": "float32",
+            **{s: _broadcasting(rng, (2, 3)) for s in ("sa", "sb")},
         },
+    ),
+    Rule(
+        "compare-into-select-of-fulls",
+        "a comparison of where(c, a, b), a and b constants, with a constant v is where(c, a cmp v, "
+        "b cmp v): MaxText's mask where(m, 0, fill) >= fill / 2, whose comparisons then fold",
+        tuple(map(_into_select, (Gt, Lt, Ge, Le))),
+        _select_of_fulls_example,
     ),
     Rule(
         "select-constant",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from eqsat.ir import TensorType
@@ -20,8 +21,10 @@ from .terms import (
     dim,
     equal,
     get,
+    last_axis,
     length,
     rank,
+    set_item,
     shape_of,
     vec,
 )
@@ -207,5 +210,47 @@ RULES.append(
             for op in _FLOAT_UNARY
         ),
         _unary_example,
+    )
+)
+
+
+def _rows_reshaped(make: Callable[..., str]) -> Variant:
+    """op(x reshaped to s1, y reshaped to s2): both reshapes keep the last axis (regroup the leading
+    ones alike), s2 is s1 with its last axis 1, so y holds one value per row of x in row order."""
+    return Variant(
+        make(Reshape("x", shape="s1"), Reshape("y", shape="s2")),
+        Reshape(make("x", Reshape("y", shape="sy")), shape="s1"),
+        (
+            equal("sy", set_item(shape_of("x"), last_axis("x"), 1)),
+            equal(get("s1", length("s1") - 1), dim("x", last_axis("x"))),
+            equal("s2", set_item("s1", length("s1") - 1, 1)),
+        ),
+    )
+
+
+def _rows_reshaped_example(rng: Any) -> dict[str, Any]:
+    """x (..., a, b, n) with its leading axes merged or split in s1; y its rows, as (..., a, b, 1),
+    (..., a, b) or s1's leading axes."""
+    a, b, n = (int(v) for v in rng.integers(1, 5, 3))
+    lead = rand_shape(rng, int(rng.integers(0, 2)))
+    split = int(rng.integers(2))
+    x, s1 = ((*lead, a * b, n), (*lead, a, b, n)) if split else ((*lead, a, b, n), (*lead, a * b, n))
+    y = [(*x[:-1], 1), x[:-1], s1[:-1]][int(rng.integers(3))]
+    return {
+        "x": TensorType(x, "float32"),
+        "y": TensorType(y, "float32"),
+        "s1": s1,
+        "s2": (*s1[:-1], 1),
+    }
+
+
+RULES.append(
+    Rule(
+        "reshape-out-of-binary-of-rows",
+        "an elementwise op of a tensor and one value per row of it, both reshaped keeping the last axis "
+        "(heads grouped or merged), is the reshape of the op of the tensor and its row values in its "
+        "layout (MaxText's grouped output divided by its merged row sums)",
+        tuple(map(_rows_reshaped, _BINARY)),
+        _rows_reshaped_example,
     )
 )

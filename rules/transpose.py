@@ -41,6 +41,7 @@ from .terms import (
     Softmax,
     Transpose,
     Var,
+    append,
     at_least,
     call,
     constructor,
@@ -87,14 +88,16 @@ def _through_binary(op: str) -> Rule:
 
     def example(rng: Any) -> dict[str | Var, Any]:
         ex = _rank_example(rng, "p", dtype=example_dtype(op))
-        return {**ex, "y": ex["x"]}
+        shape, dtype = ex["x"].shape, ex["x"].dtype
+        x, y = (tuple(d if rng.random() < 0.8 else 1 for d in shape) for _ in range(2))  # broadcasting
+        return {**ex, "x": TensorType(x, dtype), "y": TensorType(y, dtype)}
 
     return rule(
         f"transpose-out-of-{op}",
-        f"{op} of two equally transposed, equal-shape tensors is one transpose",
+        f"{op} of two equally transposed tensors of one rank (broadcasting each other) is one transpose",
         make(Transpose("x", perm="p"), Transpose("y", perm="p")),
         Transpose(make("x", "y"), perm="p"),
-        equal(shape_of("x"), shape_of("y")),
+        equal(rank("x"), rank("y")),
         example=example,
     )
 
@@ -264,6 +267,12 @@ def _unit_axes_only(r: int) -> Variant:
         Reshape("x", shape=_permuted("sx", r)),
         (equal(length("p"), r), differ("p", vec(range(r))), equal("sx", shape_of("x")), *ordered),
     )
+
+
+def _unit_axis_appended(rng: Any) -> dict[str | Var, Any]:
+    """x, a permutation p of its axes and s: x transposed by p with an axis of size 1 appended."""
+    ex = _rank_example(rng, "p")
+    return {**ex, "s": (*(ex["x"].shape[i] for i in ex["p"]), 1)}
 
 
 def _unit_example(rng: Any) -> dict[str | Var, Any]:
@@ -452,6 +461,16 @@ RULES = [
         "a transpose that moves only axes of size 1 (the others keep their order) is a reshape",
         tuple(_unit_axes_only(r) for r in range(2, MAX_RANK + 1)),
         _unit_example,
+    ),
+    rule(
+        "unit-axis-into-transpose",
+        "a transposed tensor reshaped to append an axis of size 1 is the tensor with that axis appended, "
+        "transposed keeping it last (a per-row divisor in the layout of its rows)",
+        Reshape(Transpose("x", perm="p"), shape="s"),
+        Transpose(Reshape("x", shape=append("sx", vec([1]))), perm=append("p", vec([length("p")]))),
+        equal("sx", shape_of("x")),
+        equal("s", append(shape_of(Transpose("x", perm="p")), vec([1]))),
+        example=_unit_axis_appended,
     ),
     Rule(
         "transpose-into-softmax",

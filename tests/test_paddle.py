@@ -248,7 +248,8 @@ def test_egglog_stays_quiet_when_another_library_sets_the_root_logger_to_info(ca
 def test_a_model_saved_with_a_dynamic_batch_runs_at_any_batch(name, monkeypatch):
     """Saved with ``InputSpec([None, ...])``, as deployed models are: it loads as saved (weights from
     the .pdiparams beside it), and the optimized program specializes per batch size on first call, once
-    each (optimized at 2, carried to others); Paddle's -1 on squeeze's result is inferred from the elements. Against Paddle's outputs."""
+    each (optimized at 2, carried to others); Paddle's -1 on squeeze's result is inferred from the
+    elements. Against Paddle's outputs."""
     ref = np.load(NETS / f"{name}.npz")
     program = eqsat.load(NETS / f"{name}_dyn.json")
     assert program.dynamic == {"x": (-1, *ref["in_x"].shape[1:])}

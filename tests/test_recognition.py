@@ -244,6 +244,41 @@ def test_attention_with_heads_after_queries_gradients_match_jax(softcap, grouped
     _gradients_match(fn, *_heads_after_queries(2, "float32", grouped))
 
 
+MAXTEXT_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+def maxtext_gqa(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """MaxText's attention_op order for grouped-query attention: q (B, T, N, D) grouped to k and v's
+    (B, S, K, D) heads, the scores ``'btkgd,bskd->bkgts'``, masked with its DEFAULT_MASK_VALUE (the
+    mask made a bias, compared back against half of it), exp(s - max) @ v, then divided by the sum
+    after the product (the sum moved and merged to the output's (B, T, N, 1))."""
+    b, t, n, d = q.shape
+    n_kv = k.shape[-2]
+    query = jnp.reshape(q, (b, t, n_kv, n // n_kv, d))
+    attn_weights = jnp.einsum("btkgd,bskd->bkgts", query, k)
+    attn_mask = jnp.where(mask, 0.0, MAXTEXT_MASK_VALUE)[:, None, None, :, :]
+    attn_weights = jnp.where(attn_mask >= MAXTEXT_MASK_VALUE * 0.5, attn_weights, MAXTEXT_MASK_VALUE)
+    local_max = jnp.max(attn_weights, axis=-1, keepdims=True)
+    local_exps = jnp.exp(attn_weights - local_max)
+    local_sum = jnp.moveaxis(jnp.sum(local_exps, axis=-1, keepdims=True), -2, 1)
+    local_sum = jnp.reshape(local_sum, (*local_sum.shape[:2], local_sum.shape[2] * local_sum.shape[3], 1))
+    out = jnp.einsum("bkgts,bskd->btkgd", local_exps, v)
+    bb, tt, n_kv, g, dd = out.shape
+    return jnp.reshape(out, (bb, tt, n_kv * g, dd)) / local_sum
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_maxtext_grouped_query_attention_is_one_op(batch, dtype):
+    args = _heads_after_queries(batch, dtype, grouped=True)
+    (op,) = _attention(_matches_jax(maxtext_gqa, args, dtype))
+    assert op.attrs["fill"] < -1e38
+
+
+def test_maxtext_grouped_query_attention_gradients_match_jax():
+    _gradients_match(maxtext_gqa, *_heads_after_queries(2, "float32", grouped=True))
+
+
 def test_keras_masked_softmax_layer_is_one_zeroed_masked_softmax():
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import keras
