@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(PY) -m bench.long_context
 	$(PY) -m bench.optimizer_scaling
 	$(PY) -m bench.first_call
+	$(PY) -m bench.dynamic_batch
 	$(PY) -m bench.paddle_inference
 	$(PY) -m bench.cnn
 	$(PY) -m bench.conv
