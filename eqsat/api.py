@@ -342,7 +342,10 @@ def carry(program: Program, template: OptimizeResult, options: Options) -> Optim
     template was: saturated, then the template's program found in its e-graph (``eqsat.guided``), no
     kernel timed and nothing measured; None where it is not found there. Never cached: what
     ``optimize`` returns for ``program`` is its own optimization. Control-flow bodies are optimized
-    at the new size as ``optimize`` would, their kernels priced by the cost model, none timed."""
+    at the new size as ``optimize`` would, their kernels priced by the cost model, none timed. A
+    template a safety net cut short is carried nowhere: each size is then optimized itself."""
+    if template.report.cut_short:
+        return None
     limits = replace(options.limits, kernel_seconds=0.0)
     deadline = Deadline(limits.timeout_s)
     job = _Job(options.rules, options.cost, limits, None, options.extractor, deadline, template.program)

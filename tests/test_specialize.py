@@ -103,3 +103,6 @@ def test_a_carry_cut_short_by_the_time_limit_is_not_kept():
     template = eqsat.optimize(_block(2))
     assert carry(_block(5), template, Options.of(limits=Limits(timeout_s=0.0))) is None
     assert carry(_block(5), template, Options.of()) is not None
+    cut = eqsat.optimize(_block(2), limits=Limits(timeout_s=0.0))
+    assert cut.report.cut_short
+    assert carry(_block(5), cut, Options.of()) is None  # a template cut short is not carried either
