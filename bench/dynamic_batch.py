@@ -22,6 +22,7 @@ import jax
 import eqsat
 from bench.common import interleaved, run_cases
 from bench.paddle_nets import inputs, save
+from eqsat.api import CARRIED
 from eqsat.config import config
 from eqsat.lowering import lower
 
@@ -59,7 +60,7 @@ def _batch(result: Any, xs: list[Any], repeats: int) -> dict[str, Any]:
     times = interleaved(calls, repeats)
     return {
         "batch": int(xs[0].shape[0]),
-        "carried": carried.report.extractor == "carried",
+        "carried": carried.report.extractor == CARRIED,
         "first_call_carried_s": carried_s,
         "first_call_optimized_s": own_s,
         "kernels_timed_optimized": own.report.kernels_timed,

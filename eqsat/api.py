@@ -24,7 +24,7 @@ from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_eggl
 from eqsat.errors import ShapeError
 from eqsat.extract import TIE_BREAK, Choice, alternatives, greedy_dag, greedy_tree, ilp, taken_together
 from eqsat.guided import following
-from eqsat.ir import Program, Value
+from eqsat.ir import Program
 from eqsat.layout import drop_unit_dims
 from eqsat.ops import OPS
 from eqsat.progress import ProgressBar
@@ -313,17 +313,15 @@ class OptimizeResult:
         options = self.options or Options.of()
         # the sizes whose choices are carried: this result's, a dynamic dim of 1 taken at 2
         sizes = tuple(
-            tuple(2 if d == DYNAMIC and n == 1 else n for d, n in zip(self._declared(v), s, strict=True))
+            tuple(
+                2 if d == DYNAMIC and n == 1 else n for d, n in zip(self.original.declared(v), s, strict=True)
+            )
             for v, s in zip(self.original.inputs, own, strict=True)
         )
         template = self if sizes == own else self._at(sizes, lambda p: optimize_with(p, options))
         if shapes == sizes:
             return template
         return self._at(shapes, lambda p: carry(p, template, options) or optimize_with(p, options))
-
-    def _declared(self, value: Value) -> tuple[int, ...]:
-        """An input's shape as declared (``DYNAMIC`` where a size is left to the call)."""
-        return self.original.dynamic.get(value.name or "", value.type.shape)
 
     def _at(
         self, shapes: tuple[tuple[int, ...], ...], optimized: Callable[[Program], OptimizeResult]
@@ -377,7 +375,7 @@ def _input_shapes(program: Program, args: Sequence[Any]) -> tuple[tuple[int, ...
     for value, arg in zip(program.inputs, args, strict=False):  # the inputs, then the free weights
         kind = arg.dtype if hasattr(arg, "dtype") else np.result_type(arg)  # an array, or a Python number
         shape, dtype = tuple(np.shape(arg)), jax.dtypes.canonicalize_dtype(kind).name
-        declared = program.dynamic.get(value.name or "", value.type.shape)
+        declared = program.declared(value)
         fits = len(shape) == len(declared) and all(
             d in (DYNAMIC, s) for d, s in zip(declared, shape, strict=True)
         )

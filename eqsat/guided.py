@@ -117,13 +117,7 @@ def _distance(op: Op, index: int, found: tuple[dict[str, Any], int]) -> int | No
     attrs, found_index = found
     if found_index != index or attrs.keys() != op.attrs.keys():
         return None
-    total = 0
-    for key, value in op.attrs.items():
-        apart = _apart(value, attrs[key])
-        if apart is None:
-            return None
-        total += apart
-    return total
+    return _apart(tuple(op.attrs.values()), tuple(attrs[key] for key in op.attrs))
 
 
 def _apart(a: Any, b: Any) -> int | None:

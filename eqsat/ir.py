@@ -89,6 +89,10 @@ class Program:
     dynamic: dict[str, tuple[int, ...]] = field(default_factory=dict)
     specialize: Callable[[Mapping[str, Sequence[int]]], Program] | None = field(default=None, repr=False)
 
+    def declared(self, value: Value) -> tuple[int, ...]:
+        """An input's shape as declared: ``DYNAMIC`` where its size is left to the call."""
+        return self.dynamic.get(value.name or "", value.type.shape)
+
     def add_input(self, name: str, type: TensorType) -> Value:
         value = Value(type, name)
         self.inputs.append(value)

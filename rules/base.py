@@ -175,6 +175,11 @@ def rand_shape(rng: Any, rank: int, low: int = 1, high: int = 5) -> tuple[int, .
     return tuple(int(d) for d in rng.integers(low, high, rank))
 
 
+def rand_unit_axes(rng: Any, shape: tuple[int, ...], keep: float) -> tuple[int, ...]:
+    """``shape`` with each axis kept with probability ``keep``, else 1: a shape that broadcasts to it."""
+    return tuple(d if rng.random() < keep else 1 for d in shape)
+
+
 def rand_perm(rng: Any, rank: int) -> tuple[int, ...]:
     return tuple(int(i) for i in rng.permutation(rank))
 

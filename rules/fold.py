@@ -10,7 +10,7 @@ from typing import Any
 
 from eqsat.ir import TensorType
 
-from .base import Rule, Variant, rand_perm, rand_shape, rule
+from .base import Rule, Variant, rand_perm, rand_shape, rand_unit_axes, rule
 from .terms import (
     SCALAR,
     Add,
@@ -134,7 +134,7 @@ def _into_select(compare: Callable[..., str]) -> Variant:
 
 def _broadcasting(rng: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
     """A shape that broadcasts into ``shape``: a scalar's, or ``shape`` with some axes 1."""
-    return () if rng.random() < 0.3 else tuple(d if rng.random() < 0.7 else 1 for d in shape)
+    return () if rng.random() < 0.3 else rand_unit_axes(rng, shape, 0.7)
 
 
 def _select_of_fulls_example(rng: Any) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from eqsat.ir import TensorType
 from eqsat.ops.conv import CONV_AXES, LAYOUTS
 
 from .algebra import PRODUCTS_IN_RANGE
-from .base import MODERATE, Rule, Variant, rand_shape
+from .base import MODERATE, Rule, Variant, rand_shape, rand_unit_axes
 from .ranges import RANGES, Magnitude, cancels_little, exact_fold, in_range
 from .terms import (
     SCALAR,
@@ -115,7 +115,7 @@ def _offset_folded(
 def _example(rng: Any) -> dict[str, Any]:
     """y of rank 1-4 and constants of shapes broadcasting to it (some axes 1)."""
     shape = rand_shape(rng, int(rng.integers(1, 5)))
-    small = {c: TensorType(tuple(d if rng.random() < 0.5 else 1 for d in shape), F32) for c in ("c1", "c2")}
+    small = {c: TensorType(rand_unit_axes(rng, shape, 0.5), F32) for c in ("c1", "c2")}
     return {"y": TensorType(shape, F32), "u": TensorType(shape, F32), **small}
 
 

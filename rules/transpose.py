@@ -21,6 +21,7 @@ from .base import (
     per_rank,
     rand_perm,
     rand_shape,
+    rand_unit_axes,
     rule,
     unary_pattern,
 )
@@ -89,7 +90,7 @@ def _through_binary(op: str) -> Rule:
     def example(rng: Any) -> dict[str | Var, Any]:
         ex = _rank_example(rng, "p", dtype=example_dtype(op))
         shape, dtype = ex["x"].shape, ex["x"].dtype
-        x, y = (tuple(d if rng.random() < 0.8 else 1 for d in shape) for _ in range(2))  # broadcasting
+        x, y = (rand_unit_axes(rng, shape, 0.8) for _ in range(2))  # broadcasting
         return {**ex, "x": TensorType(x, dtype), "y": TensorType(y, dtype)}
 
     return rule(
@@ -197,7 +198,7 @@ def _into_binary_of_a_transpose(op: str) -> Rule:
     def example(rng: Any) -> dict[str | Var, Any]:
         ex = _batch_perms_example(rng, example_dtype(op))
         sx, p1 = ex["x"].shape, ex["p1"]
-        moved = tuple(sx[a] if rng.random() < 0.7 else 1 for a in p1)  # y broadcasts along some axes
+        moved = rand_unit_axes(rng, tuple(sx[a] for a in p1), 0.7)  # y broadcasts along some axes
         return {**ex, "y": TensorType(moved, ex["x"].dtype)}
 
     inner = Transpose("x", perm="p1")
@@ -279,7 +280,7 @@ def _unit_example(rng: Any) -> dict[str | Var, Any]:
     """x with some axes of size 1 (at least one), and a permutation other than the identity that moves
     only those among the others."""
     r = int(rng.integers(2, 5))
-    shape = [int(d) if rng.random() < 0.5 else 1 for d in rand_shape(rng, r, 2, 5)]
+    shape = list(rand_unit_axes(rng, rand_shape(rng, r, 2, 5), 0.5))
     unit = int(rng.integers(r))
     shape[unit] = 1
     perm = [int(i) for i in rng.permutation(r)]
@@ -325,7 +326,7 @@ def _masked_softmax_last_example(rng: Any) -> dict[str | Var, Any]:
     r = len(ex["x"].shape)
     a = int(rng.integers(r))
     rest = [i for i in rng.permutation(r) if i != a]
-    mask = tuple(d if rng.random() < 0.7 else 1 for d in ex["x"].shape)
+    mask = rand_unit_axes(rng, ex["x"].shape, 0.7)
     fill = float(rng.choice([-1e9, float("-inf")]))
     attrs: dict[str | Var, Any] = {FILL: fill, ZERO_MASKED: int(rng.integers(2)), "d": "float32"}
     return {**ex, AXIS: a, "p": tuple(int(i) for i in (*rest, a)), "m": TensorType(mask, "bool"), **attrs}
@@ -343,7 +344,7 @@ def _softmax_last_example(rng: Any) -> dict[str | Var, Any]:
 def _expand_example(rng: Any) -> dict[str | Var, Any]:
     ex = _rank_example(rng, "p")
     shape = ex["x"].shape
-    small = tuple(d if rng.random() < 0.5 else 1 for d in shape)
+    small = rand_unit_axes(rng, shape, 0.5)
     return {**ex, "x": TensorType(small, "float32"), "s": shape}
 
 
