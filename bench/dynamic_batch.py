@@ -22,9 +22,9 @@ import jax
 import eqsat
 from bench.common import interleaved, run_cases
 from bench.paddle_nets import inputs, save
-from eqsat.api import CARRIED
 from eqsat.config import config
 from eqsat.lowering import lower
+from eqsat.options import CARRIED
 
 NETWORKS = ("resnet18", "mobilenet_v3_small", "transformer_encoder")
 BATCHES = (4, 8)

@@ -1,6 +1,6 @@
 """eqsat: optimize tensor programs by equality saturation (egglog), run them with JAX."""
 
-from eqsat.api import OptimizeResult, Report, optimize
+from eqsat.api import OptimizeResult, optimize
 from eqsat.config import config
 from eqsat.cost import CostModel, Flops, NodeCount, Roofline
 from eqsat.cost.calibrate import calibrate
@@ -18,6 +18,7 @@ from eqsat.frontend.pir import load, parse_pir
 from eqsat.ir import Op, Program, TensorType, Value, parse_program
 from eqsat.jit import jit
 from eqsat.prove import Equivalence, equivalent
+from eqsat.report import Report
 from eqsat.rules.traced import Built
 from eqsat.saturate import Limits, Stop, StopReason
 from eqsat.user_rules import rule

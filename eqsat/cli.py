@@ -259,14 +259,16 @@ def _programs_to_time(args: argparse.Namespace) -> Iterator[tuple[str, Program]]
 
 def _time_kernels_of(programs: Iterable[tuple[str, Program]], seconds: float) -> int:
     """Time every alternative kernel of these programs this device has not timed: a later
-    optimization of them reads the timings instead of spending its own time limit on them."""
-    import eqsat
+    optimization of them reads the timings instead of spending its own time limit on them: the
+    optimizer's stages up to ``kernels``, nothing extracted."""
+    from eqsat.options import Options
+    from eqsat.pipeline import Job, State, run, until
     from eqsat.saturate import Limits
 
     for name, program in programs:
         limits = Limits(timeout_s=seconds + 60.0, kernel_seconds=seconds)
-        report = eqsat.optimize(program, limits=limits, cache=False, progress=False).report
-        print(f"{name}: {report.kernels_timed} kernels timed in {report.timings.get('kernels', 0.0):.1f} s")
+        state = run(State.of(program, Job.of(Options.of(limits=limits))), until("kernels"))
+        print(f"{name}: {state.kernels_timed} kernels timed in {state.timings.get('kernels', 0.0):.1f} s")
     return 0
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import jax
 
-from eqsat.api import OptimizeResult, Options, cached_result, optimize_with
+from eqsat.api import OptimizeResult, cached_result, optimize_with
 from eqsat.cache import ProgramCache
 from eqsat.config import config
 from eqsat.cost import CostModel
@@ -35,6 +35,7 @@ from eqsat.frontend.jax import jaxpr_of, to_program
 from eqsat.gradient import GRADIENT_MODES, differentiable
 from eqsat.ir import Program
 from eqsat.lowering import lower
+from eqsat.options import Options
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import Limits, prepare
 from eqsat.speed import io_bytes, too_large

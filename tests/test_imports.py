@@ -120,6 +120,7 @@ LAYERS = (
     ("rules", ("eqsat.rules",)),
     ("egraph", ("eqsat.egraph",)),
     ("extract", ("eqsat.extract",)),
+    ("pipeline", ("eqsat.pipeline", "eqsat.accept", "eqsat.report", "eqsat.options")),
     ("api", ("eqsat.api", "eqsat.jit", "eqsat.cli")),
 )
 """Lowest first: no module of a layer imports, even through others, a module of a layer above it."""

@@ -212,13 +212,13 @@ def test_a_predicted_gain_below_the_models_resolution_keeps_the_input(monkeypatc
     result = eqsat.optimize(program, cache=False)
     assert "softmax-unshifted" in result.report.rules_fired
     assert result.program is program and result.report.cost_after == result.report.cost_before
-    monkeypatch.setattr(eqsat.api, "MIN_GAIN", 0.0)
+    monkeypatch.setattr(eqsat.accept, "MIN_GAIN", 0.0)
     assert eqsat.optimize(program, cache=False).program is not program
 
 
 def test_a_gain_is_a_fraction_of_the_cost_whatever_its_sign():
     """Costs from a user's function may be negative: a gain is still a drop of MIN_GAIN of |cost|."""
-    cheaper = eqsat.api._cheaper
+    cheaper = eqsat.accept.cheaper
     assert cheaper(0.5, 1.0) and not cheaper(0.9995, 1.0) and not cheaper(1.5, 1.0)
     assert cheaper(-10.1, -10.0) and not cheaper(-10.005, -10.0) and not cheaper(-9.995, -10.0)
 

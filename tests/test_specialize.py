@@ -7,9 +7,10 @@ import numpy as np
 
 import eqsat
 from eqsat import Builder, Limits
-from eqsat.api import CARRIED, Options, carry
+from eqsat.api import carry
 from eqsat.ir import Program
 from eqsat.lowering import lower
+from eqsat.options import CARRIED, Options
 from eqsat.verify import validate
 
 _RNG = np.random.default_rng(0)

@@ -1,0 +1,453 @@
+"""The optimizer as named stages over one state.
+
+``STAGES`` lists them in order: control-flow ``bodies``, ``repeats`` (a repeated block optimized once),
+``unit_dims``, ``proposals``, ``load``, ``saturate``, ``kernels`` (timed before extraction),
+``extract``, ``accept`` and ``measure``. ``run`` runs them, or a slice of them (``until``), over one
+``State``: each stage is timed under its name (a stage that leaves the state as it was is not
+recorded), and the time limit is checked before each stage it bounds. A stage that decides the result
+early (a failure, the time limit) marks the state ``final`` and no stage runs after it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+from eqsat.accept import cheaper, faster_as_measured, rests_on_timings, worth_measuring
+from eqsat.config import config
+from eqsat.control_flow import Cond, Loop
+from eqsat.cost import CostModel
+from eqsat.deadline import Deadline, TimeLimit
+from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog
+from eqsat.extract import TIE_BREAK, Choice, alternatives, greedy_dag, greedy_tree, ilp, taken_together
+from eqsat.guided import following
+from eqsat.ir import Program
+from eqsat.layout import drop_unit_dims
+from eqsat.options import Options
+from eqsat.repeats import Repeats, find_repeats
+from eqsat.report import Outcome, Report
+from eqsat.saturate import Iteration, Limits, SaturationReport, Stop, StopReason, fresh_egraph
+from eqsat.saturate import saturate as saturated
+from eqsat.speed import io_bytes, too_large
+from eqsat.stacking import Alternative
+
+ILP_MAX_NODES = 5000  # auto: exact ILP extraction up to this many e-nodes
+DAG_MAX_NODES = 1500  # greedy DAG extraction (quadratic) up to this many; greedy tree cost beyond
+
+
+@dataclass(frozen=True)
+class Job:
+    """One optimization: its ``options``, where its progress goes, the deadline its time limit sets
+    for all of it, and (``OptimizeResult.specialized``) the program whose choices extraction follows."""
+
+    options: Options
+    progress: Callable[[Iteration], None] | None = None
+    deadline: Deadline = field(default_factory=lambda: Deadline(math.inf))
+    template: Program | None = None
+
+    @classmethod
+    def of(
+        cls,
+        options: Options,
+        progress: Callable[[Iteration], None] | None = None,
+        template: Program | None = None,
+    ) -> Job:
+        """A job starting now: its deadline ``options.limits.timeout_s`` from now."""
+        return cls(options, progress, Deadline(options.limits.timeout_s), template)
+
+
+class NotFound(Exception):
+    """A template has no counterpart in the e-graph (``carry`` optimizes the size itself)."""
+
+
+@dataclass(frozen=True)
+class State:
+    """What the stages have made so far. ``input`` is what is returned where nothing cheaper is found
+    (the program as given, its control-flow bodies optimized); ``program`` is what the next stage
+    works on (a repeated block's copies side by side, without unit dims)."""
+
+    job: Job
+    input: Program
+    program: Program
+    timings: dict[str, float] = field(default_factory=dict)
+    repeats: tuple[Repeats, Any] | None = None  # the program's repeats, and the combined one's boundaries
+    proposals: dict[str, Sequence[Alternative]] = field(default_factory=dict)
+    encoding: Encoding | None = None
+    load: Callable[..., Any] | None = None  # loads the encoding into a fresh e-graph, the rules installed
+    egraph: Any = None
+    saturation: SaturationReport | None = None
+    graph: Serialized | None = None  # the saturated e-graph, kept for pictures, extracted or not
+    constants: frozenset[str] = frozenset()  # its classes known at compile time
+    kernels_timed: int = 0
+    kernels_left: int = 0
+    best: Program | None = None
+    extractor: str = ""
+    cost: float = math.nan  # of ``best``
+    cut: tuple[str, ...] = ()  # what a safety net cut short
+    notes: tuple[str, ...] = ()
+    outcome: Outcome | None = None
+    final: bool = False
+
+    @classmethod
+    def of(cls, program: Program, job: Job) -> State:
+        return cls(job, program, program)
+
+    @property
+    def model(self) -> CostModel:
+        return self.job.options.cost
+
+    @property
+    def limits(self) -> Limits:
+        return self.job.options.limits
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A step of the optimizer: ``run`` takes the state and returns the one it leaves; ``bounded``:
+    the time limit is checked before it."""
+
+    name: str
+    run: Callable[[State], State]
+    bounded: bool = False
+
+
+def bodies(s: State) -> State:
+    """The bodies of control-flow ops (the branches of an ``if``) each optimized on its own, within
+    what is left of the time limit."""
+
+    def optimized_body(program: Program) -> Program:
+        options = replace(
+            s.job.options, limits=replace(s.limits, timeout_s=max(s.job.deadline.left(), 0.0)), measure=False
+        )
+        return optimized(program, Job.of(options)).program
+
+    ops = [
+        replace(op, payload=op.payload.map(optimized_body)) if isinstance(op.payload, Cond | Loop) else op
+        for op in s.program.ops
+    ]
+    if all(new is old for new, old in zip(ops, s.program.ops, strict=True)):
+        return s
+    program = replace(s.program, ops=ops)
+    return replace(s, input=program, program=program)
+
+
+def repeats(s: State) -> State:
+    """A block that repeats, optimized once: the prefix, one copy of the block and the suffix side by
+    side in one program (not for a template: it is the whole program)."""
+    found = find_repeats(s.program) if s.job.template is None else None
+    if found is None or _proposals_across_segments(s.program, found, s.job.options):
+        return s
+    combined, boundaries = found.combined()
+    return replace(s, program=combined, repeats=(found, boundaries))
+
+
+def _proposals_across_segments(program: Program, repeats: Repeats, options: Options) -> bool:
+    """Whether a program rule (``Rule.proposal``) proposes one alternative for values of several
+    segments (a recurrent cell's input projections, one in each copy of its step): optimizing one
+    copy of the block would not see it."""
+    segment = {id(out): i for i, s in enumerate(repeats.segments) for op in s.ops for out in op.outputs}
+    spans: dict[int, set[int]] = {}
+    for rule in options.rules:
+        for alternative in rule.proposal.propose(program) if rule.proposal else ():
+            spans.setdefault(id(alternative.shared), set()).add(segment.get(id(alternative.value), -1))
+    return any(len(s) > 1 for s in spans.values())
+
+
+def unit_dims(s: State) -> State:
+    """The program without dims of size 1 where they are not needed (``eqsat.layout``)."""
+    return replace(s, program=drop_unit_dims(s.program))
+
+
+def proposals(s: State) -> State:
+    """The alternatives the program rules (``Rule.proposal``) propose for the program."""
+    found = {r.name: r.proposal.propose(s.program) for r in s.job.options.rules if r.proposal}
+    return replace(s, proposals=found) if any(found.values()) else s
+
+
+def load(s: State) -> State:
+    """The program (and the proposed alternatives) encoded and loaded into an e-graph with the rules
+    installed, the time limit checked between chunks."""
+    enc = encode(s.program, alternatives=[a for found in s.proposals.values() for a in found])
+    rules, deadline = s.job.options.rules, s.job.deadline
+
+    def start(check: bool = True) -> Any:
+        egraph = fresh_egraph(rules)
+        for chunk in enc.chunks():
+            if check:
+                deadline.check("while the program loaded")
+            egraph.parse_and_run_program(chunk)
+        return egraph
+
+    try:
+        egraph = start()
+    except (KeyboardInterrupt, SystemExit, TimeLimit):
+        raise
+    except BaseException as e:  # egglog errors, and Rust panics (BaseException)
+        return _failed(s, e)
+    return replace(s, encoding=enc, load=start, egraph=egraph)
+
+
+def saturate(s: State) -> State:
+    """The rules run on the loaded e-graph within the limits (``eqsat.saturate``)."""
+    assert s.load is not None
+    loaded = [s.egraph]
+
+    def start() -> Any:  # the e-graph loaded, then (to rebuild it as it was) loaded again
+        return loaded.pop() if loaded else s.load()  # type: ignore[misc]
+
+    try:
+        egraph, sat = saturated(start, s.limits, s.job.progress, deadline=s.job.deadline)
+        graph = Serialized(egraph.serialize([]).to_json())
+    except (KeyboardInterrupt, SystemExit, TimeLimit):
+        raise
+    except BaseException as e:  # egglog errors, and Rust panics, e.g. a rule equating shapes
+        return _failed(s, e)
+    sat = replace(sat, proposed={name: len(found) for name, found in s.proposals.items() if found})
+    cut = s.cut
+    if sat.stopped(Stop.TIME_LIMIT):
+        cut += (
+            f"saturation stopped at the time limit ({s.limits.timeout_s:g} s) after {len(sat.iterations)} "
+            "iterations: rewrites past them were not searched",
+        )
+    return replace(s, egraph=egraph, saturation=sat, graph=graph, cut=cut)
+
+
+def _failed(s: State, error: BaseException) -> State:
+    """The input, where egglog failed: a report that says why, and a warning."""
+    note = f"saturation failed, the input is returned: {error}"
+    warnings.warn(f"eqsat: {note}", RuntimeWarning, stacklevel=4)
+    cost = s.model.program_cost(s.input)
+    failed = SaturationReport(stop_reason=StopReason(Stop.ERROR))
+    report = Report(failed, s.model.name, cost, cost, s.timings, note, "none")
+    return replace(s, outcome=Outcome(s.input, s.input, report), final=True)
+
+
+def _timed_out(s: State, passed: TimeLimit) -> State:
+    """The input, where the time limit passed before a program could be extracted."""
+    cost = s.model.program_cost(s.input)
+    sat = s.saturation or SaturationReport(stop_reason=StopReason.time_limit(passed.seconds))
+    note = f"{passed}: the input is returned"
+    report = Report(sat, s.model.name, cost, cost, s.timings, note, "none", cut_short=str(passed))
+    return replace(s, outcome=Outcome(s.input, s.input, report), final=True)
+
+
+def _chooses(s: State) -> bool:
+    """Whether extraction chooses by the cost model (the program is not alone in its e-graph, and no
+    template or egglog's own extraction decides)."""
+    return s.job.template is None and s.job.options.extractor != "egglog" and not _alone(s)
+
+
+def _alone(s: State) -> bool:
+    """Whether the saturated e-graph is the program itself: no rule fired, and no two of its values
+    were one term (hash-consing merges those: extraction computes it once)."""
+    sat, program = s.saturation, s.program
+    assert sat is not None
+    values = len(program.inputs) + len(program.params) + sum(len(op.outputs) for op in program.live_ops())
+    return bool(sat.iterations) and not sat.rules_fired() and sat.iterations[-1].classes == values
+
+
+def may_time_kernels(limits: Limits) -> bool:
+    """Whether kernels not yet timed on this device may be timed: a budget above 0, and not a
+    reproducible build."""
+    return limits.kernel_seconds > 0 and not config.reproducible
+
+
+def kernels(s: State) -> State:
+    """Time the kernels of the e-graph's alternatives the cost model would otherwise estimate, each once
+    per device (recorded for every later run), within the safety net of ``limits.kernel_seconds`` (the
+    time limit does not count this time; none where no timing is asked: a budget of 0, or
+    ``eqsat.config.reproducible``). A kernel whose operands and result take far more than the program's
+    arguments and results (``eqsat.speed.too_large``: the S x S scores of attention as written, at a
+    length where the program is optimized to never hold them) is estimated, and a note says so."""
+    if not _chooses(s):
+        return s
+    graph = s.graph
+    assert graph is not None and s.encoding is not None
+    s = replace(s, constants=graph.constant_classes(s.encoding, s.program.param_values))
+    model, limits, deadline = s.model, s.limits, s.job.deadline
+    if not may_time_kernels(limits) or not model.timed_ops:
+        return s
+    began = deadline.elapsed()
+    decided = io_bytes(s.program)
+    groups = alternatives(graph, model.timed_ops, s.constants)
+    large = {c.key: c for g in groups for c in g if too_large(c.nbytes, decided)}
+    chosen = [[c for c in g if c.key not in large] for g in groups]
+    timed, left = model.time_kernels(chosen, limits.kernel_seconds)
+    deadline.extend(deadline.elapsed() - began)  # measurement, not search: not the limit's
+    notes, cut = s.notes, s.cut
+    if large:
+        largest = max(large.values(), key=lambda c: c.nbytes)
+        why = too_large(largest.nbytes, decided, f"the largest, a {largest.op} of {largest.output}")
+        notes += (f"{len(large)} kernels not timed for their memory ({why}): the cost model estimates them",)
+    if left:
+        cut += (
+            f"{left} kernels were left untimed at the timing limit ({limits.kernel_seconds:g} s): "
+            "the roofline estimated them",
+        )
+    return replace(s, kernels_timed=timed, kernels_left=left, notes=notes, cut=cut)
+
+
+def extract(s: State) -> State:
+    """The cheapest program the e-graph holds under the cost model (or the template's, or egglog's)."""
+    assert s.graph is not None and s.encoding is not None
+    model, options, program = s.model, s.job.options, s.program
+    if _alone(s):  # nothing to choose
+        return replace(s, best=program, extractor=options.extractor, cost=model.program_cost(program))
+    if s.job.template is not None:
+        choice = following(s.graph, s.encoding, program, s.job.template)
+        if choice is None:
+            raise NotFound
+        best = decode(s.graph, s.encoding, choice, program)
+        return replace(s, best=best, extractor=options.extractor, cost=model.program_cost(best))
+    if options.extractor == "egglog":
+        best = extract_with_egglog(s.egraph, s.encoding, program)
+        return replace(s, best=best, extractor=options.extractor, cost=model.program_cost(best))
+    # the ILP gets what is left of the time (at least a moment): optimize ends near the limit
+    ilp_seconds = min(s.limits.ilp_timeout_s, max(s.job.deadline.left(), 0.05))
+    candidates, ilp_timed_out = _candidates(s, ilp_seconds)
+    costs = {k: model.program_cost(p) for k, p in candidates.items()}
+    # cheapest, ties to fewer ops as inside the extractors (a fused op over the same kernels), then ILP's
+    name = min(candidates, key=lambda k: (costs[k] + TIE_BREAK * len(candidates[k].live_ops()), k != "ilp"))
+    cut = s.cut + (f"the ILP solver's time limit ({ilp_seconds:g} s) ended its search",) * ilp_timed_out
+    return replace(s, best=candidates[name], extractor=name, cost=costs[name], cut=cut)
+
+
+def _candidates(s: State, ilp_timeout_s: float) -> tuple[dict[str, Program], bool]:
+    """The programs the extractors that apply find, by extractor, and whether the ILP solver's time
+    limit (not its work bound) ended its search."""
+    graph, enc, program, model, extractor = s.graph, s.encoding, s.program, s.model, s.job.options.extractor
+    assert graph is not None and enc is not None
+    greedy = greedy_dag if graph.num_nodes <= DAG_MAX_NODES else greedy_tree
+    warm = greedy(graph, model, s.constants, s.job.deadline)
+    s.job.deadline.check("during extraction")
+    candidates = {"greedy": _with_groups_taken(graph, enc, warm, program, model)}
+    if not (extractor == "ilp" or (extractor == "auto" and graph.num_nodes <= ILP_MAX_NODES)):
+        return candidates, False
+    roots = [graph.roots[r] for r in enc.roots]
+    exact = ilp(graph, model, roots, s.constants, ilp_timeout_s, warm, s.limits.ilp_max_nodes)
+    candidates["ilp"] = decode(graph, enc, exact, program)
+    return candidates, exact.timed_out
+
+
+def _with_groups_taken(
+    graph: Serialized, enc: Encoding, choice: Choice, program: Program, model: CostModel
+) -> Program:
+    """The program ``choice`` extracts, with each group of alternatives (``Encoding.groups``) taken
+    together where that is cheaper."""
+    best = decode(graph, enc, choice, program)
+    cost = model.program_cost(best)
+    for shared, values in enc.groups:
+        trial = taken_together(graph, choice, shared, values)
+        if trial is not None:
+            candidate = decode(graph, enc, trial, program)
+            if (trial_cost := model.program_cost(candidate)) < cost:
+                best, cost, choice = candidate, trial_cost, trial
+    return best
+
+
+def accept(s: State) -> State:
+    """The outcome: the extracted program (every copy of a repeated block rewritten alike), or the
+    input where it is not cheaper by at least ``MIN_GAIN``."""
+    assert s.best is not None and s.saturation is not None and s.graph is not None and s.encoding is not None
+    best, after, notes = s.best, s.cost, s.notes
+    if s.repeats is not None:
+        found, boundaries = s.repeats
+        parts = found.split(best, boundaries)
+        if parts is None:  # extraction tied one segment to another's values: optimize the whole program
+            whole = run(
+                replace(State.of(s.input, s.job), timings=s.timings),
+                STAGES[_index("unit_dims") : _index("accept")],
+            )
+            return whole if whole.final else accept(whole)
+        best = found.stitch(parts)
+        after = s.model.program_cost(best)
+        block = found.segments[found.first]
+        notes = (
+            f"a block of {len(block.ops)} ops repeats {found.count} times: optimized once, every copy alike",
+        )
+        notes += s.notes
+    before = s.model.program_cost(s.input)
+    if not cheaper(after, before):  # the input, as the caller wrote it
+        best, after = s.input, before
+        notes += ("extraction found nothing cheaper; the input is returned",)
+    report = Report(
+        s.saturation,
+        s.model.name,
+        before,
+        after,
+        s.timings,
+        "; ".join(notes),
+        s.extractor,
+        kernels_timed=s.kernels_timed,
+        kernels_left=s.kernels_left,
+        cut_short="; ".join(s.cut),
+    )
+    outputs = [s.graph.roots[r] for r in s.encoding.roots]
+    reload = partial(s.load, check=False) if s.load is not None else None
+    return replace(s, outcome=Outcome(best, s.input, report, s.graph, outputs, reload))
+
+
+def measure(s: State) -> State:
+    """The outcome checked by measurement on this device where the options ask (``measure``: a gain
+    within the model's error), the model's error is unknown, or the choice rests on kernels timed
+    alone: the input is returned where the optimized program was not measured faster."""
+    outcome, model, options = s.outcome, s.model, s.job.options
+    assert outcome is not None
+    asked = options.measure or math.isinf(model.error) or rests_on_timings(outcome, model, s.limits)
+    if not (asked and worth_measuring(outcome, model, always=not options.measure)):
+        return s
+    return replace(s, outcome=faster_as_measured(outcome))
+
+
+STAGES = (
+    Stage("bodies", bodies),
+    Stage("repeats", repeats),
+    Stage("unit_dims", unit_dims),
+    Stage("proposals", proposals),
+    Stage("load", load, bounded=True),
+    Stage("saturate", saturate, bounded=True),
+    Stage("kernels", kernels, bounded=True),
+    Stage("extract", extract, bounded=True),
+    Stage("accept", accept),
+    Stage("measure", measure),
+)
+
+
+def _index(name: str) -> int:
+    return next(i for i, stage in enumerate(STAGES) if stage.name == name)
+
+
+def until(name: str) -> tuple[Stage, ...]:
+    """The stages up to and including ``name``: a partial pipeline."""
+    return STAGES[: _index(name) + 1]
+
+
+def run(state: State, stages: Sequence[Stage] = STAGES) -> State:
+    """``stages`` run in order over ``state``: each timed under its name in ``state.timings`` (where it
+    changed the state), the time limit checked before those it bounds, none after a ``final`` state."""
+    for stage in stages:
+        if state.final:
+            break
+        t = time.perf_counter()
+        try:
+            if stage.bounded:
+                state.job.deadline.check(f"before {stage.name}")
+            after = stage.run(state)
+        except TimeLimit as e:
+            after = _timed_out(state, e)
+        if after is not state:
+            state.timings[stage.name] = state.timings.get(stage.name, 0.0) + time.perf_counter() - t
+        state = after
+    return state
+
+
+def optimized(program: Program, job: Job, stages: Sequence[Stage] = STAGES) -> Outcome:
+    """``program`` run through ``stages`` (all by default, ending with an outcome)."""
+    outcome = run(State.of(program, job), stages).outcome
+    assert outcome is not None, "a pipeline that ends before accept has no outcome"
+    return outcome
