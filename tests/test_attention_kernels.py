@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +19,8 @@ from eqsat.cost import Roofline, phases
 from eqsat.devices import DEVICES, Device
 from eqsat.ops import OPS
 from eqsat.ops import attention_kernels as kernels
-from eqsat.ops.attention import flash_attention, kernel_call, naive_attention
+from eqsat.ops.attention import flash_attention, naive_attention
+from eqsat.ops.attention_call import AttentionCall
 from eqsat.types import TensorType
 
 KEEP_ALL = np.ones((), bool)
@@ -42,11 +42,20 @@ def _call(
     softmax="float32",
     shifted=True,
     softcap=0.0,
+    product="float32",
 ) -> kernels.Call:
     k = k or q
-    return kernels.Call(
-        q, k, v or k, dtype, bias, masked, causal, fill, scale, scores, softmax, shifted, softcap
+    attention = AttentionCall(
+        scale=scale,
+        fill=fill,
+        causal=causal,
+        scores_dtype=scores,
+        softmax_dtype=softmax,
+        shifted=shifted,
+        softcap=softcap,
+        product_dtype=product,
     )
+    return kernels.Call(attention, q, k, v or k, dtype, bias, masked)
 
 
 def test_every_call_goes_to_a_kernel_or_says_why_not():
@@ -90,7 +99,7 @@ def test_every_call_goes_to_a_kernel_or_says_why_not():
         (_call(q=(1, 2, 128, 256), dtype="bfloat16", bias="float32"), "a bias (the kernel takes none)"),
         (_call(), "q of dtype float32 (takes float16, bfloat16)"),
         (_call(dtype="bfloat16", softcap=50.0), "scores soft-capped at 50"),
-        (replace(_call(dtype="bfloat16"), product_dtype="bfloat16"), "q kᵀ rounded to bfloat16"),
+        (_call(dtype="bfloat16", product="bfloat16"), "q kᵀ rounded to bfloat16"),
     ],
 )
 def test_refusals_name_the_reason(call, refused):
@@ -131,11 +140,7 @@ def _check(on, expected_kernel, shape, dtype, *, kv_heads=None, bias=None, devic
         return [out, *jax.jit(jax.grad(loss, (0, 1, 2)))(*args[:3])]
 
     with contextlib.nullcontext() if device else kernels.interpret(on):
-        scale = attrs["scale"] / attrs.get("divisor", 1.0)
-        precision = {"scores_dtype": "float32", "softmax_dtype": "float32", "shifted": 1}
-        call = kernel_call(
-            q, k, v, bias and b, None, scale=scale, fill=attrs["fill"], causal=attrs["causal"], **precision
-        )
+        call = kernels.Call.of(AttentionCall.of(attrs), q, k, v, bias and b, None)
         assert kernels.route(call).kernel == expected_kernel, kernels.route(call)
         got = outputs(flash_attention, (q, k, v, b))
         traced = str(jax.make_jaxpr(lambda q, k, v: flash_attention(q, k, v, b, KEEP_ALL, **attrs))(q, k, v))
@@ -328,7 +333,7 @@ def test_cudnn_takes_calls_of_any_rank(with_bias):
     }
     want = flash_attention(q, k, v, bias, KEEP_ALL, **attrs)
     with kernels.interpret("gpu"):
-        call = kernel_call(q, k, v, bias if with_bias else None, None, shifted=1, **attrs)
+        call = kernels.Call.of(AttentionCall.of(attrs), q, k, v, bias if with_bias else None, None)
         assert kernels.route(call).kernel == "cudnn", kernels.route(call)
         got = flash_attention(q, k, v, bias, KEEP_ALL, **attrs)
     assert got.shape == want.shape

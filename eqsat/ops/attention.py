@@ -2,6 +2,9 @@
 with the stats-form softmax; the kernel is ``eqsat.ops.flash``), their shape rule, costs and
 lowerings.
 
+Each lowering reads the op's attributes once, as an ``AttentionCall`` (``eqsat.ops.attention_call``),
+and passes that record whole to ``eqsat.ops.flash`` and to the backends' kernels.
+
 Both lowerings round where the program they were recognized from rounds (the scores' and the softmax's
 dtypes are attributes). ``flash_attention`` scales and pads its inputs to whole blocks —
 ``flash.flash_blocks`` picks them, as the cost model does — and runs ``flash.blocked_attention``, which
@@ -17,11 +20,9 @@ scaled product) and ``masked_softmax`` (in ``eqsat.ops.reduce``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
-from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -30,16 +31,17 @@ from jax.typing import DTypeLike
 
 from eqsat.errors import ShapeError
 from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast, broadcasts_to
+from eqsat.text import AttrValue
 from eqsat.types import FLOAT_DTYPES, TensorType
 
 from . import attention_kernels as kernels
+from .attention_call import ATTRS, AttentionCall
 from .base import (
-    ACCUMULATE,
     RESULT_DTYPE,
-    SHIFTED,
     Attr,
     DeviceKernelFn,
     Kernel,
+    Lowering,
     OpDef,
     PhasesFn,
     Spelling,
@@ -267,46 +269,20 @@ def _optional(bias: Array, mask: Array) -> tuple[Array | None, Array | None]:
     return (None if _known(bias, 0) else bias), (None if _known(mask, True) else mask)
 
 
-def naive_attention(
-    q: Array,
-    k: Array,
-    v: Array,
-    bias: Array,
-    mask: Array,
-    *,
-    scale: float,
-    fill: float,
-    causal: int,
-    scores_dtype: str,
-    softmax_dtype: str,
-    zero_masked: int = 0,
-    divisor: float = 1.0,
-    shifted: int = 1,
-    softcap: float = 0.0,
-    product_dtype: str | None = None,
-) -> Array:
+def _naive(call: AttentionCall, q: Array, k: Array, v: Array, bias: Array, mask: Array) -> Array:
     """The program as written: scores, softmax (shifted or not) and probabilities rounded where it
     rounds them."""
     b, m = _optional(bias, mask)
-    precision = (scores_dtype, softmax_dtype)
-    masking = Masking(
-        b is not None,
-        m is not None,
-        fill,
-        bool(causal),
-        k.shape[-2],
-        False,
-        scale,
-        *precision,
-        divisor=divisor,
-        softcap=softcap,
-        product_dtype=product_dtype or scores_dtype,
-    )
-    scores, keep = masking.scores(q, k, 0, 0, b, m)
-    probabilities = softmax(scores, axis=-1, shifted=shifted)
-    if zero_masked and keep is not None:
+    scores, keep = Masking(call, b is not None, m is not None, k.shape[-2]).scores(q, k, 0, 0, b, m)
+    probabilities = softmax(scores, axis=-1, shifted=call.shifted)
+    if call.zero_masked and keep is not None:
         probabilities = jnp.where(keep, probabilities, 0)
     return jnp.matmul(probabilities.astype(q.dtype), v, preferred_element_type=q.dtype)
+
+
+def naive_attention(q: Array, k: Array, v: Array, bias: Array, mask: Array, **attrs: AttrValue) -> Array:
+    """The ``attention`` op's lowering: the program as written (``attrs``: ``AttentionCall.of``'s)."""
+    return _naive(AttentionCall.of(attrs), q, k, v, bias, mask)
 
 
 def _pad(x: Array, axis: int, length: int, value: float | bool = 0) -> Array:
@@ -323,137 +299,31 @@ def _scores_rank(x: Array, rank: int, dtype: DTypeLike) -> Array:
     return x.reshape((1,) * (rank - x.ndim) + x.shape).astype(dtype)
 
 
-class _Operand(Protocol):
-    """What ``kernel_call`` reads of an operand: an array's, or a ``TensorType``'s (a cost model's)."""
-
-    @property
-    def shape(self) -> tuple[int, ...]: ...
-
-    @property
-    def dtype(self) -> Any: ...
-
-
-def kernel_call(
-    q: _Operand,
-    k: _Operand,
-    v: _Operand,
-    bias: _Operand | None,
-    mask: _Operand | None,
-    *,
-    scale: float,
-    fill: float,
-    causal: int,
-    scores_dtype: str,
-    softmax_dtype: str,
-    shifted: int,
-    softcap: float = 0.0,
-    product_dtype: str | None = None,
-) -> kernels.Call:
-    """What a backend's kernel needs to know of a ``flash_attention`` call (``bias`` and ``mask`` None
-    where they are known to do nothing; ``scale`` with the divisor folded in)."""
-    return kernels.Call(
-        q.shape,
-        k.shape,
-        v.shape,
-        str(q.dtype),
-        bias=None if bias is None else str(bias.dtype),
-        masked=mask is not None,
-        causal=bool(causal),
-        fill=fill,
-        scale=scale,
-        scores_dtype=scores_dtype,
-        softmax_dtype=softmax_dtype,
-        shifted=bool(shifted),
-        softcap=softcap,
-        product_dtype=product_dtype or scores_dtype,
-    )
-
-
 def _device_kernel(ins: Sequence[TensorType], out: TensorType, attrs: dict, platform: str) -> str | None:
     """The kernel ``platform`` runs a ``flash_attention`` of these operands on (``kernels.route``), or
     None; a rank-0 bias or mask is taken for no bias or mask (a scalar shifts no softmax)."""
     q, k, v, bias, mask = ins
-    call = kernel_call(
-        q,
-        k,
-        v,
-        bias if bias.shape else None,
-        mask if mask.shape else None,
-        scale=attrs["scale"] / attrs.get("divisor", 1.0),
-        fill=attrs.get("fill", -math.inf),
-        causal=attrs.get("causal", 0),
-        scores_dtype=attrs["scores_dtype"],
-        softmax_dtype=attrs["softmax_dtype"],
-        shifted=attrs.get("shifted", 1),
-        softcap=attrs.get("softcap", 0.0),
-        product_dtype=attrs.get("product_dtype"),
-    )
+    optional = (t if t.shape else None for t in (bias, mask))
+    call = kernels.Call.of(AttentionCall.of(attrs), q, k, v, *optional)
     taken = kernels.route(call, on=platform).kernel
     return None if taken == "xla" else taken
 
 
-def flash_attention(
-    q: Array,
-    k: Array,
-    v: Array,
-    bias: Array,
-    mask: Array,
-    *,
-    scale: float,
-    fill: float,
-    causal: int,
-    scores_dtype: str,
-    softmax_dtype: str,
-    zero_masked: int = 0,
-    divisor: float = 1.0,
-    shifted: int = 1,
-    softcap: float = 0.0,
-    product_dtype: str | None = None,
-) -> Array:
+def _flash(call: AttentionCall, q: Array, k: Array, v: Array, bias: Array, mask: Array) -> Array:
     # nothing to stream, or an unshifted softmax (streaming needs the running max): as written
-    if not (q.size and k.size and v.size and shifted):
-        return naive_attention(
-            q,
-            k,
-            v,
-            bias,
-            mask,
-            scale=scale,
-            fill=fill,
-            causal=causal,
-            scores_dtype=scores_dtype,
-            softmax_dtype=softmax_dtype,
-            zero_masked=zero_masked,
-            divisor=divisor,
-            shifted=shifted,
-            softcap=softcap,
-            product_dtype=product_dtype,
-        )
-    product_dtype = product_dtype or scores_dtype
+    if not (q.size and k.size and v.size and call.shifted):
+        return _naive(call, q, k, v, bias, mask)
     b, m = _optional(bias, mask)
     out_dtype, sq, sk = q.dtype, q.shape[-2], k.shape[-2]
     acc_dtype = jnp.promote_types(q.dtype, jnp.float32)
-    call = kernel_call(
-        q,
-        k,
-        v,
-        b,
-        m,
-        scale=scale / divisor,
-        fill=fill,
-        causal=causal,
-        scores_dtype=scores_dtype,
-        softmax_dtype=softmax_dtype,
-        shifted=shifted,
-        softcap=softcap,
-        product_dtype=product_dtype,
-    )
-    fused = kernels.run(call, q, k, v, b)
+    fused = kernels.run(kernels.Call.of(call, q, k, v, b, m), q, k, v, b)
     if fused is not None:  # the backend's own kernel takes it
         return fused
     bq, bk, nq, nk = flash_blocks(prod(q.shape[:-2]), sq, sk)
-    if q.dtype == acc_dtype == scores_dtype == product_dtype:  # scaling q costs less than the scores
-        q, scale = q * jnp.asarray(scale, acc_dtype), 1.0
+    if (
+        q.dtype == acc_dtype == call.scores_dtype == call.product_dtype
+    ):  # scaling q costs less than the scores
+        q, call = q * jnp.asarray(call.scale, acc_dtype), replace(call, scale=1.0)
     q, k, v = _pad(q, -2, nq * bq), _pad(k, -2, nk * bk), _pad(v, -2, nk * bk)
     padded = []
     # padding keys are masked out by the padding itself; padding rows keep every key, so their
@@ -464,30 +334,22 @@ def flash_attention(
         padded.append(x)
     b, m = padded
     ragged = nk * bk != sk  # the keys do not fill whole blocks
-    masking = Masking(
-        b is not None,
-        m is not None,
-        fill,
-        bool(causal),
-        sk,
-        ragged,
-        scale,
-        scores_dtype,
-        softmax_dtype,
-        bool(zero_masked),
-        divisor,
-        softcap,
-        product_dtype,
-    )
+    masking = Masking(call, b is not None, m is not None, sk, ragged)
     out = blocked_attention(Blocks(masking, bq, bk, nq, nk), q, k, v, b, m)
     return out[..., :sq, :].astype(out_dtype)
+
+
+def flash_attention(q: Array, k: Array, v: Array, bias: Array, mask: Array, **attrs: AttrValue) -> Array:
+    """The ``flash_attention`` op's lowering: the backend's own kernel where one takes the call, else
+    ``blocked_attention`` over inputs padded to whole blocks (``attrs``: ``AttentionCall.of``'s)."""
+    return _flash(AttentionCall.of(attrs), q, k, v, bias, mask)
 
 
 def _attention(
     name: str,
     doc: str,
     phases: PhasesFn,
-    lower: object,
+    lower: Lowering,
     spellings: tuple[Spelling, ...],
     device_kernel: DeviceKernelFn | None = None,
 ) -> OpDef:
@@ -496,24 +358,13 @@ def _attention(
         name,
         5,
         doc,
-        (
-            Attr("scale", "float"),
-            Attr("fill", "float", -math.inf),
-            Attr("causal", "int", 0, (0, 1)),
-            Attr("zero_masked", "int", 0, (0, 1)),
-            Attr("divisor", "float", 1.0),
-            Attr("scores_dtype", "str", ACCUMULATE),
-            Attr("softmax_dtype", "str", ACCUMULATE),
-            SHIFTED,
-            SOFTCAP,
-            Attr("product_dtype", "str", like("scores_dtype")),
-        ),
+        ATTRS,
         Attention(),
         flops=_attention_flops,
         phases=phases,
         same_dtype=(0, 1, 2),
         check=_attention_operands,
-        lower=lower,  # type: ignore[arg-type]
+        lower=lower,
         spellings=spellings,
         device_kernel=device_kernel,
     )

@@ -32,10 +32,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from math import prod
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
+
+from .attention_call import AttentionCall
 
 Array = jax.Array
 FILL_BOUND = -1e9
@@ -43,25 +45,43 @@ FILL_BOUND = -1e9
 _INTERPRETED: ContextVar[str | None] = ContextVar("eqsat_interpreted_backend", default=None)
 
 
+class Operand(Protocol):
+    """What ``Call.of`` reads of an operand: an array's, or a ``TensorType``'s (a cost model's)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Call:
-    """What a kernel needs to know of one ``flash_attention`` call: its operands' shapes and dtypes,
-    whether it has a bias and a boolean mask (neither known to be a no-op), and its attributes."""
+    """What a kernel needs to know of one ``flash_attention`` call: its attributes, its operands'
+    shapes, q's dtype, its bias's dtype (None: no bias) and whether it has a boolean mask (neither
+    known to be a no-op)."""
 
+    attention: AttentionCall
     q: tuple[int, ...]
     k: tuple[int, ...]
     v: tuple[int, ...]
     dtype: str
-    bias: str | None  # the bias's dtype
+    bias: str | None
     masked: bool
-    causal: bool
-    fill: float
-    scale: float
-    scores_dtype: str
-    softmax_dtype: str
-    shifted: bool
-    softcap: float = 0.0
-    product_dtype: str = "float32"
+
+    @classmethod
+    def of(
+        cls,
+        attention: AttentionCall,
+        q: Operand,
+        k: Operand,
+        v: Operand,
+        bias: Operand | None,
+        mask: Operand | None,
+    ) -> Call:
+        """The call of ``attention`` on these operands (``bias`` and ``mask`` None where they do nothing)."""
+        bias_dtype = None if bias is None else str(bias.dtype)
+        return cls(attention, q.shape, k.shape, v.shape, str(q.dtype), bias_dtype, mask is not None)
 
     @property
     def heads(self) -> int:
@@ -84,20 +104,21 @@ class Route:
 
 def _common(call: Call, dtypes: Sequence[str]) -> str | None:
     """What every kernel asks: see the module's doc."""
+    a = call.attention
     if call.dtype not in dtypes:
         return f"q of dtype {call.dtype} (takes {', '.join(dtypes)})"
-    if (call.scores_dtype, call.softmax_dtype) != ("float32", "float32"):
-        return f"scores in {call.scores_dtype}, softmax in {call.softmax_dtype} (the kernel's are float32)"
-    if call.product_dtype != "float32":
-        return f"q kᵀ rounded to {call.product_dtype} (the kernel keeps it float32)"
-    if not call.shifted:
+    if (a.scores_dtype, a.softmax_dtype) != ("float32", "float32"):
+        return f"scores in {a.scores_dtype}, softmax in {a.softmax_dtype} (the kernel's are float32)"
+    if a.product_dtype != "float32":
+        return f"q kᵀ rounded to {a.product_dtype} (the kernel keeps it float32)"
+    if not a.shifted:
         return "an unshifted softmax (the kernel subtracts the running max)"
-    if call.softcap:
-        return f"scores soft-capped at {call.softcap:g} (the kernel caps none)"
+    if a.softcap:
+        return f"scores soft-capped at {a.softcap:g} (the kernel caps none)"
     if call.masked:
         return "a boolean mask (the kernel masks only causally)"
-    if call.causal and not (call.fill == -math.inf or call.fill <= FILL_BOUND):
-        return f"a causal fill of {call.fill} (maps only -inf or at most {FILL_BOUND:g})"
+    if a.causal and not (a.fill == -math.inf or a.fill <= FILL_BOUND):
+        return f"a causal fill of {a.fill} (maps only -inf or at most {FILL_BOUND:g})"
     if call.v[-1] != call.q[-1]:
         return f"v's head dim {call.v[-1]} differs from q's {call.q[-1]}"
     return None
@@ -160,8 +181,8 @@ def _tpu_scale(call: Call) -> bool:
     """Whether q may carry the scale (the TPU kernel adds the bias before it scales): always without
     a bias; with one, where scaling q rounds as eqsat's own flash lowering does (float32), or not at
     all (a power of two)."""
-    mantissa = math.frexp(call.scale)[0]
-    return call.bias is None or call.scale == 1 or call.dtype == "float32" or abs(mantissa) == 0.5
+    scale = call.attention.factor
+    return call.bias is None or scale == 1 or call.dtype == "float32" or abs(math.frexp(scale)[0]) == 0.5
 
 
 def _refuse_pallas_tpu(call: Call) -> str | None:
@@ -173,7 +194,8 @@ def _refuse_pallas_tpu(call: Call) -> str | None:
     if call.q[-1] > 128 and call.q[-1] % 128:
         return f"head dim {call.q[-1]} (takes up to 128, or a multiple of 128)"
     if not _tpu_scale(call):
-        return f"a bias with a {call.dtype} q and scale {call.scale} (the kernel scales after the bias)"
+        scale = call.attention.factor
+        return f"a bias with a {call.dtype} q and scale {scale} (the kernel scales after the bias)"
     return None
 
 
@@ -208,8 +230,8 @@ def _cudnn(call: Call, q: Array, k: Array, v: Array, bias: Array | None, interpr
         key,
         value,
         bias=full,
-        scale=call.scale,
-        is_causal=call.causal,
+        scale=call.attention.factor,
+        is_causal=call.attention.causal,
         implementation="xla" if interpreted else "cudnn",
     )
     return jnp.swapaxes(out, 1, 2)
@@ -220,7 +242,7 @@ def _pallas_gpu(call: Call, q: Array, k: Array, v: Array, bias: Array | None, in
     mha = _gpu_attention().mha
     blocks = _gpu_blocks(call)
     q, k, v = (jnp.swapaxes(_heads(call, t), 1, 2) for t in (q, k, v))
-    scale, causal = call.scale, call.causal
+    scale, causal = call.attention.factor, call.attention.causal
     out = mha(q, k, v, None, sm_scale=scale, causal=causal, block_sizes=blocks, interpret=interpreted)
     return jnp.swapaxes(out, 1, 2).reshape(call.q)
 
@@ -234,11 +256,11 @@ def _pallas_tpu(call: Call, q: Array, k: Array, v: Array, bias: Array | None, in
     assert bq is not None and bk is not None  # the route checked the lengths
     blocks = BlockSizes(bq, bk, bk, 1, bq, bk, bk, bq, bk, bk, bq)
     q, k, v = (_heads(call, t) for t in (q, k, v))
-    scale = call.scale
+    scale = call.attention.factor
     if bias is not None and scale != 1:
         q, scale = q * jnp.asarray(scale, q.dtype), 1.0
     ab = None if bias is None else _scores_bias(call, bias)
-    out = flash_attention(q, k, v, ab, causal=call.causal, sm_scale=scale, block_sizes=blocks)
+    out = flash_attention(q, k, v, ab, causal=call.attention.causal, sm_scale=scale, block_sizes=blocks)
     return out.reshape(call.q)
 
 

@@ -32,6 +32,8 @@ from jax import lax
 
 from eqsat.devices import FUSED_CPU_ATTENTION
 
+from .attention_call import AttentionCall
+
 Array = jax.Array
 Opt = Array | None
 Grads = tuple[Array, Opt, Array, Array]  # dq, dbias (running, full size), dk, dv (of one key block)
@@ -66,33 +68,23 @@ def flash_key_blocks(i: int, bq: int, bk: int, nk: int, causal: bool) -> int:
 
 @dataclass(frozen=True)
 class Masking:
-    """How one attention call turns q kᵀ into the scores its softmax takes: q kᵀ rounded to
-    ``product_dtype`` then ``scores_dtype``, times ``scale``, divided by ``divisor``, soft-capped
-    (``softcap · tanh(s / softcap)``, unless ``softcap`` is 0), the bias added, then ``where(mask and
-    causal, scores, fill)`` (all in ``scores_dtype``), keys from ``valid`` on (padding) at -inf, and the
-    result cast to ``softmax_dtype``; with ``zero_masked`` the probabilities of masked keys are 0."""
+    """How one attention call turns q kᵀ into the scores its softmax takes, as ``attention`` says (with
+    ``zero_masked`` the probabilities of masked keys are 0): ``has_bias``, ``has_mask``, whether it has
+    a bias and a mask; keys from ``valid`` on (``padded``: padding) at -inf."""
 
+    attention: AttentionCall
     has_bias: bool
     has_mask: bool
-    fill: float
-    causal: bool
     valid: int
-    padded: bool
-    scale: float = 1.0
-    scores_dtype: str = "float32"
-    softmax_dtype: str = "float32"
-    zero_masked: bool = False
-    divisor: float = 1.0
-    softcap: float = 0.0
-    product_dtype: str | None = None  # None: scores_dtype
+    padded: bool = False
 
     def visible(self, p: Array, keep: Opt) -> Array:
         """The probabilities that multiply v: with ``zero_masked``, those of masked keys are 0."""
-        return jnp.where(keep, p, 0.0) if self.zero_masked and keep is not None else p
+        return jnp.where(keep, p, 0.0) if self.attention.zero_masked and keep is not None else p
 
     def seen(self, keep: Opt, seen: Array) -> Array:
         """``seen``, or-ed with whether each row of this block keeps a key (with ``zero_masked``)."""
-        if not self.zero_masked or keep is None:
+        if not self.attention.zero_masked or keep is None:
             return seen
         return seen | jnp.any(keep, axis=-1, keepdims=True)
 
@@ -108,56 +100,55 @@ class Masking:
     ) -> tuple[Array, Opt, Opt]:
         """``scores``, and the soft-cap's derivative ``1 - tanh²`` at each score (None without a cap):
         the backward pass's chain rule through the cap."""
-        dtype = jnp.dtype(self.scores_dtype)
-        s = (
-            product("...qd,...kd->...qk", q, k, k.dtype, dtype)
-            .astype(self.product_dtype or dtype)
-            .astype(dtype)
-        )
-        if self.scale != 1:
-            s = s * jnp.asarray(self.scale, dtype)
-        if self.divisor != 1:
-            s = s / jnp.asarray(self.divisor, dtype)
+        a = self.attention
+        dtype = jnp.dtype(a.scores_dtype)
+        s = product("...qd,...kd->...qk", q, k, k.dtype, dtype).astype(a.product_dtype).astype(dtype)
+        if a.scale != 1:
+            s = s * jnp.asarray(a.scale, dtype)
+        if a.divisor != 1:
+            s = s / jnp.asarray(a.divisor, dtype)
         slope = None
-        if self.softcap:
-            s, t = soft_cap(s, self.softcap)
+        if a.softcap:
+            s, t = soft_cap(s, a.softcap)
             slope = 1 - jnp.square(t.astype(self.stats_dtype))
         if bias is not None:
             s = s + bias.astype(dtype)
         rows = row0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 0)
         cols = col0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 1)
         keep = mask
-        if self.causal:
+        if a.causal:
             keep = rows >= cols if keep is None else keep & (rows >= cols)
         if keep is not None:
-            s = jnp.where(keep, s, jnp.asarray(self.fill, dtype))
+            s = jnp.where(keep, s, jnp.asarray(a.fill, dtype))
         if self.padded:
             s = jnp.where(cols < self.valid, s, -jnp.inf)
             keep = None if keep is None else keep & (cols < self.valid)  # padding keys are never kept
-        return s.astype(self.softmax_dtype), keep, slope
+        return s.astype(a.softmax_dtype), keep, slope
 
     @property
     def rounded_fill(self) -> float:
         """The fill as the scores hold it (``finfo(float32).min`` is -inf in bfloat16)."""
-        return float(np.asarray(self.fill, jnp.dtype(self.scores_dtype)).astype(np.float64))
+        return float(
+            np.asarray(self.attention.fill, jnp.dtype(self.attention.scores_dtype)).astype(np.float64)
+        )
 
     @property
     def stats_dtype(self) -> jnp.dtype:
         """The dtype of the online softmax's stats and accumulators: the softmax's, at least float32."""
-        return jnp.promote_types(self.softmax_dtype, jnp.float32)
+        return jnp.promote_types(self.attention.softmax_dtype, jnp.float32)
 
     @property
     def finite(self) -> bool:
         """Every score finite (for finite inputs), padding included: no row's max is -inf, so the
         online softmax needs no -inf guards."""
-        masked = self.has_mask or self.causal
+        masked = self.has_mask or self.attention.causal
         return not self.has_bias and (not masked or math.isfinite(self.rounded_fill)) and not self.padded
 
     @property
     def skips_blocks(self) -> bool:
         """Causal key blocks after the diagonal may be skipped: they are masked out and (with a -inf
         fill, or no other mask) no row is masked out entirely."""
-        return self.causal and (not self.has_mask or self.rounded_fill == -math.inf)
+        return self.attention.causal and (not self.has_mask or self.rounded_fill == -math.inf)
 
 
 @dataclass(frozen=True)
@@ -290,7 +281,8 @@ def _query_block(
 
 def _zeroed(masking: Masking, out: Array, seen: Array) -> Array:
     """With ``zero_masked``, 0 in rows that keep no key (their probabilities are all zeroed)."""
-    return jnp.where(seen, out, 0.0) if masking.zero_masked and (masking.has_mask or masking.causal) else out
+    zeroed = masking.attention.zero_masked and (masking.has_mask or masking.attention.causal)
+    return jnp.where(seen, out, 0.0) if zeroed else out
 
 
 def _unblock(blocks: Array) -> Array:
@@ -378,7 +370,7 @@ def _bwd(b: Blocks, res: Residuals, g: Array) -> tuple[Array, Array, Array, Opt,
 
     start = (jnp.zeros(q.shape, acc), None if bias is None else jnp.zeros_like(bias))
     (dq, dbias), (dk, dv) = lax.scan(key_block, start, jnp.arange(b.nk))
-    scale = b.masking.scale / b.masking.divisor  # s = scale · q kᵀ / divisor
+    scale = b.masking.attention.factor  # s = scale · q kᵀ / divisor
     return (
         (dq * scale).astype(q.dtype),
         (_unblock(dk) * scale).astype(k.dtype),
