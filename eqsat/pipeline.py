@@ -27,7 +27,6 @@ from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_eggl
 from eqsat.extract import TIE_BREAK, Choice, alternatives, greedy_dag, greedy_tree, ilp, taken_together
 from eqsat.guided import following
 from eqsat.ir import Program
-from eqsat.layout import drop_unit_dims
 from eqsat.options import Options
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.report import Outcome, Report
@@ -35,6 +34,7 @@ from eqsat.saturate import Iteration, Limits, SaturationReport, Stop, StopReason
 from eqsat.saturate import saturate as saturated
 from eqsat.speed import io_bytes, too_large
 from eqsat.stacking import Alternative
+from eqsat.unit_dims import drop_unit_dims
 
 ILP_MAX_NODES = 5000  # auto: exact ILP extraction up to this many e-nodes
 DAG_MAX_NODES = 1500  # greedy DAG extraction (quadratic) up to this many; greedy tree cost beyond
@@ -159,7 +159,7 @@ def _proposals_across_segments(program: Program, repeats: Repeats, options: Opti
 
 
 def unit_dims(s: State) -> State:
-    """The program without dims of size 1 where they are not needed (``eqsat.layout``)."""
+    """The program without dims of size 1 where they are not needed (``eqsat.unit_dims``)."""
     return replace(s, program=drop_unit_dims(s.program))
 
 

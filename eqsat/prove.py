@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from eqsat.egraph import encode
 from eqsat.errors import ShapeError
 from eqsat.ir import Op, Program, Value
-from eqsat.layout import drop_unit_dims
 from eqsat.rules import ALL, Rule, resolve
 from eqsat.saturate import Limits, SaturationReport, Stop, fresh_egraph, saturate
+from eqsat.unit_dims import drop_unit_dims
 
 if TYPE_CHECKING:
     from egglog import bindings  # imported where used: a first call that hits the cache needs no egglog

@@ -479,7 +479,7 @@ def test_every_conv_algorithm_computes_the_direct_conv(seed):
 def test_values_between_convs_keep_their_batch_dim_of_one():
     """The unit-dim pass squeezes elementwise ops, but not those between convs and poolings: XLA:CPU
     copies a conv's result reshaped to drop its batch dim (ResNet-18 at batch 1 ran 20% slower)."""
-    from eqsat.layout import drop_unit_dims
+    from eqsat.unit_dims import drop_unit_dims
 
     b = Builder()
     x, w = b.input("x", (1, 4, 8, 8)), b.input("w", (4, 4, 3, 3))

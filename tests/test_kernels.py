@@ -1,7 +1,7 @@
-"""Kernel timings (eqsat.cost.kernels): kept per device on disk, read by the default cost model for
-the ops no roofline predicts (convs), and taken before extraction for the alternatives that could
-change its choice, within a budget. Timings here are planted or only counted: no test depends on how
-fast this machine runs a kernel."""
+"""Kernel timings (eqsat.cost.kernels): kept per device on disk, one table for every model, read by
+the default cost model for the ops no roofline predicts (convs), and taken before extraction for the
+alternatives that could change its choice, within a budget; ``Measured`` times into the same table.
+Timings here are planted or only counted: no test depends on how fast this machine runs a kernel."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import eqsat
 import eqsat.deadline
 from eqsat import Builder, Limits, Roofline, config
-from eqsat.cost import kernels
+from eqsat.cost import Measured, kernels
 from eqsat.cost.kernels import Call, KernelTimes, alternatives_first
 from eqsat.ir import TensorType
 from eqsat.ops.conv import ALGORITHMS, WINOGRAD
@@ -36,6 +36,11 @@ def _calls() -> dict[str, Call]:
     return {a: Call("conv2d", {**_WINDOW, "algorithm": a}, (x, w), x) for a in ALL}
 
 
+def _timed(path) -> dict[str, float]:
+    """The seconds the table file at ``path`` holds, by call (each record's fields typed)."""
+    return {Call.from_json(r).key: r["seconds"] for r in json.loads(path.read_text())}
+
+
 def _algorithms(program) -> list[str]:
     return [op.attrs["algorithm"] for op in program.ops if op.name == "conv2d"]
 
@@ -45,7 +50,7 @@ def test_the_default_model_picks_the_algorithm_its_timings_favour(tmp_path, fast
     """The roofline alone keeps XLA's conv here; planted timings decide instead."""
     table = KernelTimes(tmp_path / "kernels.json")
     for algorithm, call in _calls().items():
-        table.table[call.key] = 1e-5 if algorithm == fastest else 1e-2
+        table.put(call, 1e-5 if algorithm == fastest else 1e-2)
     model = Roofline("cpu", timings=table)
     result = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=0), verify=True)
     assert _algorithms(result.program) == [fastest]
@@ -56,7 +61,7 @@ def test_optimize_times_each_alternative_once_then_reads_the_table(tmp_path):
     path = tmp_path / "kernels.json"
     model = Roofline("cpu", timings=KernelTimes(path, repeats=1))
     eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=60))
-    timed = json.loads(path.read_text())
+    timed = _timed(path)
     assert set(timed) == {c.key for c in _calls().values()} and all(s > 0 for s in timed.values())
     again = Roofline("cpu", timings=KernelTimes(path))
     assert again.time_kernels([list(_calls().values())], 60) == (0, 0)
@@ -110,7 +115,7 @@ def test_another_programs_timings_leave_a_cached_program_cached(tmp_path):
     x, w = b.input("x", (1, 4, 3, 3)), b.input("w", (4, 4, 3, 3))
     other = b.build(b.conv2d(x, w, padding=(1, 1, 1, 1)))
     eqsat.optimize(other, RULES, cost=model, limits=limits, cache=True)
-    assert len(table.table) > len(_calls()) and model.fingerprint() == before
+    assert len(table.of("conv2d")) > len(_calls()) and model.fingerprint() == before
     again = eqsat.optimize(_conv(), RULES, cost=model, limits=limits, cache=True)
     assert (first.report.cache, again.report.cache) == ("stored", "hit")
     assert str(again.program) == str(first.program)
@@ -145,7 +150,7 @@ def test_a_kernel_is_timed_with_its_weights_as_constants_where_the_program_has_t
     model = Roofline("cpu", timings=KernelTimes(path, repeats=1))
     eqsat.optimize(program, RULES, cost=model, limits=Limits(kernel_seconds=60))
     constant = {c._replace(constant=(False, True)).key for c in _calls().values()}
-    assert set(json.loads(path.read_text())) == constant
+    assert set(_timed(path)) == constant
 
 
 def test_two_processes_timing_into_one_table_keep_both(tmp_path, monkeypatch):
@@ -156,7 +161,7 @@ def test_two_processes_timing_into_one_table_keep_both(tmp_path, monkeypatch):
     first, second = KernelTimes(path, workers=1), KernelTimes(path, workers=1)  # both read it empty
     calls = list(_calls().values())
     assert first.time(calls[:1], 60) == 1 and second.time(calls[1:2], 60) == 1
-    assert set(json.loads(path.read_text())) == {calls[0].key, calls[1].key}
+    assert set(_timed(path)) == {calls[0].key, calls[1].key}
 
 
 def test_a_compilation_running_past_the_budget_is_left_unused(tmp_path, monkeypatch):
@@ -165,7 +170,7 @@ def test_a_compilation_running_past_the_budget_is_left_unused(tmp_path, monkeypa
     table = KernelTimes(tmp_path / "kernels.json", workers=1)
     start = time.perf_counter()
     assert table.time(list(_calls().values()), 0.2) == 0
-    assert time.perf_counter() - start < 3 and not table.table
+    assert time.perf_counter() - start < 3 and not table.of("conv2d")
 
 
 def test_a_program_resting_on_kernels_timed_alone_is_timed_whole(tmp_path):
@@ -174,7 +179,7 @@ def test_a_program_resting_on_kernels_timed_alone_is_timed_whole(tmp_path):
     machine decides; the report says)."""
     table = KernelTimes(tmp_path / "kernels.json")
     for algorithm, call in _calls().items():
-        table.table[call.key] = 1e-5 if algorithm == "shifted" else 1e-2
+        table.put(call, 1e-5 if algorithm == "shifted" else 1e-2)
     model = Roofline("cpu", timings=table)
     result = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=60))
     assert "timed: as written" in result.report.note and "measure" in result.report.timings
@@ -231,8 +236,8 @@ def test_calibrate_common_times_each_layer_in_both_layouts_with_and_without_its_
     program = layer_program(ConvLayer(8, 8, 3, 1, 4), batch=1, layout="NCHW")
     assert _time_kernels_of([("layer", program)], seconds=120.0) == 0
     (table,) = tmp_path.glob("kernels-*.json")
-    calls = [json.loads(key) for key in json.loads(table.read_text())]
-    timed = {(op, dict(attrs)["layout"], dict(attrs).get("act")) for op, attrs, _, _ in calls if "conv" in op}
+    calls = [Call.from_json(record) for record in json.loads(table.read_text())]
+    timed = {(c.op, c.attrs["layout"], c.attrs.get("act")) for c in calls if "conv" in c.op}
     for layout in ("NCHW", "NHWC"):
         assert {("conv2d", layout, None), ("conv2d_bias_act", layout, "none")} <= timed, timed
         assert ("conv2d_bias_act", layout, "relu") in timed, timed
@@ -247,7 +252,7 @@ def test_timing_kernels_does_not_count_against_the_searchs_time_limit(tmp_path, 
     def slow_timing(self, calls, seconds):
         now[0] += 1000.0
         for call in calls:
-            self.table[call.key] = 1e-3
+            self.put(call, 1e-3)
         return len(calls)
 
     monkeypatch.setattr(KernelTimes, "time", slow_timing)
@@ -281,3 +286,53 @@ def test_kernels_are_compiled_side_by_side_only_while_they_fit_together():
     assert [len(r) for r in runs] == [2, 1, 1, 1]
     assert runs[2] == [large]
     assert [len(r) for r in kernels._side_by_side([small] * 5, 2, 10**9)] == [2, 2, 1]
+
+
+def _quick(monkeypatch) -> None:
+    """Every kernel timed takes 1 ms."""
+    monkeypatch.setattr(kernels, "run_seconds", lambda kernels, repeats, enough_s: [1e-3] * len(kernels))
+
+
+def test_a_call_is_kept_field_by_field_and_read_back_as_it_was():
+    call = _calls()["direct"]._replace(constant=(False, True))
+    back = Call.from_json(json.loads(json.dumps(call.to_json())))
+    assert (back.op, back.attrs, back.inputs, back.output, back.known) == (*call[:4], call.known)
+    assert isinstance(back.attrs["padding"], tuple) and back.key == call.key
+
+
+def test_measured_and_the_default_roofline_share_one_table(monkeypatch):
+    """``Measured`` times what it is asked about into the table ``Roofline()`` reads, by the same
+    timing: one file per device, no other."""
+    _quick(monkeypatch)
+    call = _calls()["direct"]
+    model = Measured(repeats=1)
+    assert model.op_cost(call.op, call.attrs, call.inputs, call.output) == 1e-3 and model.measured_now == 1
+    assert Roofline().call_cost(call) == 1e-3
+    assert [p.name.split("-")[0] for p in config.cache_dir.iterdir()] == ["kernels"]
+
+
+def test_measured_interpolates_by_the_timed_calls_of_the_same_op(tmp_path, monkeypatch):
+    """Past its budget an op is the roofline's estimate scaled by the median timed/estimated ratio of
+    the same op's timings in the table, a call the default roofline timed with its weight a constant
+    among them."""
+    _quick(monkeypatch)
+    path = tmp_path / "kernels.json"
+    timed = _calls()["direct"]._replace(constant=(False, True))
+    assert KernelTimes(path, workers=1).time([timed], 60) == 1
+    model = Measured(path, budget=0)
+    ratio = 1e-3 / model.roofline.op_cost(timed.op, timed.attrs, timed.inputs, timed.output)
+    other = _calls()["im2col"]
+    estimate = model.roofline.op_cost(other.op, other.attrs, other.inputs, other.output)
+    assert model.op_cost(other.op, other.attrs, other.inputs, other.output) == pytest.approx(estimate * ratio)
+    assert model.measured_now == 0
+
+
+def test_a_table_of_an_earlier_format_is_timed_again(tmp_path, monkeypatch):
+    """Timings kept by text key (as eqsat kept them before) are not read back: their calls are timed
+    again and the file holds the new table."""
+    _quick(monkeypatch)
+    path, call = tmp_path / "kernels.json", _calls()["direct"]
+    path.write_text(json.dumps({call.key: 1.0}))
+    table = KernelTimes(path, workers=1)
+    assert table.get(call) is None and table.time([call], 60) == 1
+    assert _timed(path) == {call.key: 1e-3}

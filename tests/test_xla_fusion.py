@@ -4,6 +4,7 @@ exact optimum over groups."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import jax
@@ -57,7 +58,7 @@ def _cheap_value_read_twice(x):
 def test_a_loop_chain_fuses_into_the_reduction_that_reads_it():
     program = eqsat.from_jax(lambda x: jnp.tanh(x * 2 + 1).sum(-1), X)
     assert _groups(program) == [("reduce_sum", ["add", "mul", "tanh"])]
-    (kernel,) = Fused(program).program_kernels()
+    (kernel,) = Fused(program).program_phases()
     assert kernel.bytes == X.nbytes + 256 * 4  # x read once, the sums written; nothing in between
 
 
@@ -101,7 +102,7 @@ def test_the_model_counts_the_kernels_xla_compiles(fn, args):
     program = eqsat.from_jax(fn, *args)
     optimized = eqsat.optimize(program, cost="xla", cache=False).program
     for p in (program, optimized):
-        assert len(list(Fused(p).program_kernels())) == _xla_kernels(lower(p), *args), p
+        assert len(list(Fused(p).program_phases())) == _xla_kernels(lower(p), *args), p
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -111,7 +112,7 @@ def test_a_softmax_op_runs_as_the_kernels_it_is_priced_as(dtype):
     b = Builder()
     program = b.build(b.softmax(b.input("x", (256, 512), dtype), axis=1))
     x = jnp.ones((256, 512), dtype)
-    assert len(list(Fused(program).program_kernels())) == _xla_kernels(lower(program), x)
+    assert len(list(Fused(program).program_phases())) == _xla_kernels(lower(program), x)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -155,9 +156,30 @@ def test_a_dot_epilogue_is_a_loop_of_its_own_on_cpu_only():
     program = b.build(b.linear(x, w, bias, act="gelu"))
     for device, epilogue in (("cpu", True), ("h100", False)):
         model = XlaFusion(device)
-        kernels = len(list(Fused(program, model.epilogues).program_kernels()))
+        kernels = len(list(Fused(program, model.epilogues).program_phases()))
         assert kernels == 1 + epilogue
         assert model.program_cost(program) > Roofline(device).program_cost(program) or not epilogue
+
+
+def test_the_model_times_no_kernel_and_measures_programs_over_an_unmeasured_profile(monkeypatch):
+    """On a GPU or TPU (a profile of that platform) a dot's epilogue is fused; the model times no
+    kernel, and over this device's profile where that was read off a datasheet its error is unknown,
+    so each program it changes is timed whole (``Device.measured``)."""
+    from eqsat.cost import models
+    from eqsat.cost.kernels import Call
+    from eqsat.devices import DEVICES
+    from eqsat.types import TensorType
+
+    monkeypatch.setattr(models, "this_device", lambda: DEVICES["h100"])
+    here, named = XlaFusion(), XlaFusion("h100")
+    t = TensorType((8, 8), "float32")
+    assert not here.timed_ops and here.time_kernels([[Call("transpose", {"perm": (1, 0)}, (t,), t)]], 60) == (
+        0,
+        0,
+    )
+    assert here.error == math.inf and named.error == XlaFusion.error == XlaFusion("cpu").error
+    assert here.epilogues and XlaFusion("tpu-v5e").epilogues and not XlaFusion("cpu").epilogues
+    assert Roofline().error == math.inf and Roofline().timed_ops == models.TIMED_OPS
 
 
 def test_the_model_is_named_and_fingerprinted_apart_from_the_roofline():

@@ -1,8 +1,14 @@
 """Cost models: what an op costs given its attributes and its operands' types. ``NodeCount``, ``Flops``,
 ``Roofline`` (device profiles in ``eqsat.devices``) in ``models``; ``XlaFusion`` (the roofline over the
-kernels XLA fuses) in ``fusion``; ``Measured`` (timed on this device,
-cached) in ``measured``; ``KernelTimes`` (the timings on disk the default roofline reads for convs) in
-``kernels``; any function ``(op, attrs, inputs, output) -> float`` through ``FunctionCost``.
+kernels XLA fuses) in ``fusion``; ``Measured`` (every op timed on this device as it is asked about) in
+``measured``; any function ``(op, attrs, inputs, output) -> float`` through ``FunctionCost``.
+
+A kernel is what XLA compiles and launches. A timing is of a ``Call`` (one op on operands of given
+types, compiled alone): ``KernelTimes`` in ``kernels`` is the one table of them on disk per device,
+and the one way they are taken; ``Roofline()`` times its ``timed_ops`` before extraction
+(``CostModel.time_kernels``), ``Measured`` every op while extraction asks. A roofline prices an op's
+phases (``eqsat.ops.Kernel``: one kernel it runs as, by its flops and bytes); a device's own kernels
+(``Device.kernels``) are the vendor kernels it runs an op on (cuDNN's attention).
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ __all__ = [
 ]
 
 
-def this_roofline() -> Roofline:
-    """The default model: this device's roofline (``Roofline()``); on a GPU or TPU over the kernels XLA
-    fuses there (``XlaFusion()``: XLA:GPU and XLA:TPU fuse elementwise chains and epilogues)."""
+def this_roofline() -> CostModel:
+    """The default model: on a CPU this device's roofline, its ``timed_ops`` timed here (``Roofline()``);
+    on a GPU or TPU the roofline over the kernels XLA fuses there, timing no kernel (``XlaFusion()``:
+    XLA:GPU and XLA:TPU fuse elementwise chains and epilogues)."""
     return Roofline() if jax.default_backend() == "cpu" else XlaFusion()
 
 

@@ -1,4 +1,5 @@
-"""What XLA runs: the fusion groups it forms from a program's ops, and the kernels each group runs as.
+"""What XLA runs: the fusion groups it forms from a program's ops (each one kernel XLA compiles), and
+the phases each group runs as.
 
 XLA fuses a loop op (elementwise, transpose, concat, select: ``OpDef.fusion_kind``) into the ops that
 read it, and loop ops into the first pass of a reduction (an input fusion); views move no data. A
@@ -20,7 +21,7 @@ from eqsat.ir import Op, Program, TensorType, Value
 from eqsat.ops import OPAQUE, OPS, Kernel
 from eqsat.ops.base import Fusion
 
-from .models import Roofline, folded_ops, phases
+from .models import CostModel, Roofline, error_over, folded_ops, phases, profile
 
 
 def fusion_kind(op: Op) -> Fusion:
@@ -45,7 +46,7 @@ class Group:
 
 
 class Fused:
-    """The fusion groups of ``program`` (``groups``) and the kernels they run as. ``epilogues``: the
+    """The fusion groups of ``program`` (``groups``) and the phases they run as. ``epilogues``: the
     backend applies a dot's or conv's bias and activation in the same kernel (GPU); XLA:CPU runs them
     as a loop over the result, after the product. ``device``: where an op runs on a kernel of the
     device's own (``Device.kernels``)."""
@@ -141,15 +142,15 @@ class Fused:
             op = self.producer.get(id(value))
         return id(value), nbytes
 
-    def kernels(self, group: Group, own: list[Kernel]) -> list[Kernel]:
-        """The kernels of ``group``: the root's own (``own``) with its members fused into the first,
+    def group_phases(self, group: Group, own: list[Kernel]) -> list[Kernel]:
+        """The phases of ``group``: the root's own (``own``) with its members fused into the first,
         their arithmetic added and the root's reads of values made inside the group replaced by the
         reads of what enters it."""
         if not group.takes_producers:
             return own
         made = {id(v) for op in group.members for v in op.outputs}
         read: dict[int, float] = {}  # what the root reads, by source value
-        saved = 0.0  # bytes the root's own kernels count that it does not read
+        saved = 0.0  # bytes the root's own phases count that it does not read
         for v in group.root.inputs:
             key, nbytes = self.source(v)
             if key in made:
@@ -169,10 +170,10 @@ class Fused:
         fused = first._replace(flops=first.flops + flops, bytes=first.bytes - saved + sum(entering.values()))
         return [fused, *own[1:]]
 
-    def program_kernels(self) -> Iterator[Kernel]:
-        """Every kernel the program runs, group by group."""
+    def program_phases(self) -> Iterator[Kernel]:
+        """Every phase the program runs, group by group."""
         for group in self.groups:
-            yield from self.kernels(group, _phases(group.root, self.device))
+            yield from self.group_phases(group, _phases(group.root, self.device))
             if not self.epilogues:
                 r = group.root
                 yield from epilogue(r.name, [v.type for v in r.inputs], r.outputs[0].type)
@@ -188,8 +189,12 @@ def epilogue(op: str, inputs: Sequence[TensorType], output: TensorType) -> list[
     return [Kernel(2.0 * output.size, 2.0 * output.nbytes + bias)]
 
 
-class XlaFusion(Roofline):
+class XlaFusion(CostModel):
     """Roofline seconds of the kernels XLA runs (``Fused``): a program's cost sums its fusion groups.
+    It times no kernel (``timed_ops`` is empty on every backend): a call timed alone is not the fusion
+    group it runs in. Over this device's profile where that was not measured (the built-in GPU and TPU
+    ones: ``Device.measured``), its error is unknown, so every program it changes is timed whole
+    against the input (``eqsat.speed.compared``).
 
     The extractors add up op costs, so for them a loop op costs the write of its result only (no
     reads, no launch: fused, it shares its group's); the candidates they return, and the input, are
@@ -199,8 +204,12 @@ class XlaFusion(Roofline):
     error = 0.31
 
     def __init__(self, device: str | Device | None = None) -> None:
-        super().__init__(device)
-        self.timings, self.timed_ops = None, frozenset()  # the groups' kernels by the roofline alone
+        """``device``: as ``Roofline``'s, the roofline alone whichever it is. A dot's or conv's bias
+        and activation are its epilogue on a GPU or TPU profile (``Device.platform``), a loop of their
+        own after it on a CPU one."""
+        self.roofline = Roofline(profile(device))
+        self.device = self.roofline.device
+        self.error = error_over(self.error, self.device, device is None)
         self.name = f"xla:{self.device.name}"
         self.epilogues = self.device.platform != "cpu"
 
@@ -209,7 +218,8 @@ class XlaFusion(Roofline):
     ) -> float:
         if op == OPAQUE or OPS[op].fusion_kind != "loop":
             after = [] if self.epilogues else epilogue(op, inputs, output)
-            return super().op_cost(op, attrs, inputs, output) + sum(map(self.kernel_seconds, after))
+            own = self.roofline.op_cost(op, attrs, inputs, output)
+            return own + sum(map(self.roofline.phase_seconds, after))
         flops = sum(k.flops for k in phases(op, attrs, inputs, output))
         d = self.device
         bandwidth = d.cache_bandwidth if output.nbytes <= d.cache_bytes else d.bandwidth
@@ -217,7 +227,7 @@ class XlaFusion(Roofline):
 
     def program_cost(self, program: Program) -> float:
         fused = Fused(program, self.epilogues, self.device)
-        return sum(self.kernel_seconds(k) for k in fused.program_kernels())
+        return sum(map(self.roofline.phase_seconds, fused.program_phases()))
 
     def fingerprint(self) -> str | None:
         return f"xla {self.device!r}"

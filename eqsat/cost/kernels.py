@@ -1,11 +1,13 @@
-"""Kernel timings: single ops compiled alone on this device and timed, kept on disk per backend and
-device kind, so that each op signature is timed once per device, by any process.
+"""Kernel timings: one op applied to operands of given types (a ``Call``), compiled alone on this device
+and timed, kept on disk per backend and device kind, so that each call is timed once per device, by
+any process and any cost model: the one table, the one way of timing.
 
 A roofline believes XLA runs every kernel near the device's peak; it does not (XLA:CPU's dense conv
 runs 6-30x slower than a product per tap at 1x1 and 2x2 maps, its depthwise conv 50-100x slower than
-the same work as multiply-adds). A cost model reads a timing where this table has one, and times the
+the same work as multiply-adds). ``Roofline()`` reads a timing where this table has one, and times the
 alternatives that could change its choice before extraction, each once per device (the table makes
-the next run's choice the same), ``Limits.kernel_seconds`` a safety net.
+the next run's choice the same), ``Limits.kernel_seconds`` a safety net; ``Measured`` times each call
+it is asked about, into the same table.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class Call(NamedTuple):
 
     @property
     def key(self) -> str:
-        """The text a timing is kept under."""
+        """Text equal for equal calls: what a timing is looked up by (never read back)."""
         types = [f"{t}{' constant' if c else ''}" for t, c in zip(self.inputs, self.known, strict=True)]
         return json.dumps([self.op, sorted(self.attrs.items()), types, str(self.output)])
 
@@ -59,6 +61,32 @@ class Call(NamedTuple):
     def known(self) -> tuple[bool, ...]:
         """``constant``, one flag per operand."""
         return self.constant or (False,) * len(self.inputs)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data, each field its own: what the table on disk keeps."""
+        return {
+            "op": self.op,
+            "attrs": self.attrs,
+            "inputs": [_type_json(t) for t in self.inputs],
+            "constant": list(self.known),
+            "output": _type_json(self.output),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Call:
+        """The call ``to_json`` wrote (its attributes' lists read back as tuples, as the IR has them)."""
+        attrs = {name: _tuples(value) for name, value in data["attrs"].items()}
+        inputs = tuple(TensorType(tuple(shape), dtype) for shape, dtype in data["inputs"])
+        shape, dtype = data["output"]
+        return cls(data["op"], attrs, inputs, TensorType(tuple(shape), dtype), tuple(data["constant"]))
+
+
+def _type_json(t: TensorType) -> list[Any]:
+    return [[int(d) for d in t.shape], t.dtype]
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(map(_tuples, value)) if isinstance(value, list) else value
 
 
 def default_table() -> Path:
@@ -81,14 +109,28 @@ class KernelTimes:
         self.path = Path(path) if path else default_table()
         self.repeats, self.enough_s = repeats, enough_s
         self.workers = workers or os.cpu_count() or 1
-        self.table: dict[str, float] = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self._timed = _read(self.path)
+
+    def __len__(self) -> int:
+        return len(self._timed)
 
     def get(self, call: Call) -> float | None:
-        return self.table.get(call.key)
+        """The seconds ``call`` took here, where it was timed."""
+        found = self._timed.get(call.key)
+        return found[1] if found else None
+
+    def put(self, call: Call, seconds: float) -> None:
+        """Record ``seconds`` for ``call`` here (the file gets it with the next timings ``time`` takes)."""
+        self._timed[call.key] = (call, seconds)
+
+    def of(self, op: str) -> list[tuple[Call, float]]:
+        """Every timed call of ``op``, with its seconds."""
+        return [(call, seconds) for call, seconds in self._timed.values() if call.op == op]
 
     def fingerprint(self) -> str:
         """Changes whenever a timing is added."""
-        return hashlib.sha256(json.dumps(sorted(self.table.items())).encode()).hexdigest()[:16]
+        timed = sorted((key, seconds) for key, (_, seconds) in self._timed.items())
+        return hashlib.sha256(json.dumps(timed).encode()).hexdigest()[:16]
 
     def time(self, calls: Iterable[Call], seconds: float) -> int:
         """Time the ``calls`` not yet known, in order, while the next few fit in ``seconds`` (judged by
@@ -98,7 +140,7 @@ class KernelTimes:
         is up is left to finish on its own, unused. The table is saved after each few, so an
         interrupted run keeps what it measured."""
         end = clock() + seconds
-        todo = list({c.key: c for c in calls if c.key not in self.table}.values())
+        todo = list({c.key: c for c in calls if c.key not in self._timed}.values())
         timed = 0
         longest = 0.0  # the longest a few took so far: the next is started only if it fits
         pool = ThreadPoolExecutor(self.workers)
@@ -112,20 +154,34 @@ class KernelTimes:
                 if len(wait(futures, timeout=left if math.isfinite(left) else None).done) < len(futures):
                     break
                 kernels = [future.result() for future in futures]
-                for call, seconds in zip(few, run_seconds(kernels, self.repeats, self.enough_s), strict=True):
-                    self.table[call.key] = seconds
+                for call, took in zip(few, run_seconds(kernels, self.repeats, self.enough_s), strict=True):
+                    self.put(call, took)
                 timed += len(few)
-                self._save({c.key: self.table[c.key] for c in few})
+                self._save({c.key: self._timed[c.key] for c in few})
                 longest = max(longest, clock() - start)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
         return timed
 
-    def _save(self, new: dict[str, float]) -> None:
+    def _save(self, new: dict[str, tuple[Call, float]]) -> None:
         """Add ``new`` timings to the file as it is now (another process may have added its own)."""
-        on_disk = json.loads(self.path.read_text()) if self.path.exists() else {}
-        self.table = {**on_disk, **self.table}
-        write_atomically(self.path, json.dumps({**on_disk, **new}, indent=0))
+        on_disk = _read(self.path)
+        self._timed = {**on_disk, **self._timed}
+        records = [{**call.to_json(), "seconds": s} for call, s in {**on_disk, **new}.values()]
+        write_atomically(self.path, "[\n" + ",\n".join(json.dumps(r) for r in records) + "\n]\n")
+
+
+def _read(path: Path) -> dict[str, tuple[Call, float]]:
+    """The timings in the file at ``path``, by ``Call.key``; none where there is no file, or where it
+    holds a table in an earlier format (timings by text key: its calls are timed again)."""
+    try:
+        records = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    if not isinstance(records, list):
+        return {}
+    calls = [(Call.from_json(r), float(r["seconds"])) for r in records]
+    return {call.key: (call, seconds) for call, seconds in calls}
 
 
 def _side_by_side(calls: Sequence[Call], workers: int, budget: int) -> Iterator[list[Call]]:

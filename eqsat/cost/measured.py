@@ -1,21 +1,20 @@
-"""The ``Measured`` cost model: times ops on the current JAX backend, caches the timings on disk,
-and interpolates for shapes it has not timed.
+"""The ``Measured`` cost model: times ops on this device as they are asked about, into the kernel table
+(``KernelTimes``, the one ``Roofline()`` reads), and interpolates for shapes it has not timed.
 
-A timing is the median of a few runs of the op alone, jitted, on random inputs. Shapes not timed (over
-the measurement budget, or too big to time quickly) get the roofline estimate scaled by the median
-ratio measured/roofline of the same op — the roofline's shape dependence, calibrated by measurement.
+A timing is ``KernelTimes.time``'s: the op compiled alone, the fastest of a few samples on random
+inputs. Shapes not timed (over the budget, or too big to time quickly) get the roofline estimate
+scaled by the median ratio measured/roofline of the same op's timings — the roofline's shape
+dependence, calibrated by measurement.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from eqsat.config import config
-from eqsat.devices import device_file
 from eqsat.ir import TensorType
 from eqsat.ops import OPAQUE
 
@@ -23,26 +22,24 @@ from .kernels import Call, KernelTimes
 from .models import CostModel, Roofline, phases, this_device
 
 
-def default_cache() -> Path:
-    """A file in ``eqsat.config.cache_dir`` per backend and device kind."""
-    return device_file("measured", versioned=True)
-
-
 class Measured(CostModel):
-    """Seconds measured on this backend. ``budget``: how many new ops one model instance may time;
-    ops whose roofline estimate exceeds ``max_estimate_s`` are interpolated, never run."""
+    """Seconds measured on this device, on any backend: every op that runs a kernel is timed alone the
+    first time it is asked about (``op_cost``, during extraction), into the table at ``path`` (default:
+    ``KernelTimes``' table of this device). ``budget``: how many new ops one model instance may time;
+    ops whose roofline estimate exceeds ``max_estimate_s`` are interpolated, never run. Nothing is
+    timed before extraction (``timed_ops`` is empty)."""
 
     name = "measured"
 
     def __init__(
         self,
-        cache: str | Path | None = None,
+        path: str | Path | None = None,
         *,
         repeats: int = 5,
         budget: int = 200,
         max_estimate_s: float = 0.2,
     ) -> None:
-        self.timings = KernelTimes(cache or default_cache(), repeats)
+        self.timings = KernelTimes(path, repeats)
         self.budget, self.max_estimate_s = budget, max_estimate_s
         self.roofline = Roofline(this_device())  # the roofline alone
         self.measured_now = 0
@@ -69,16 +66,6 @@ class Measured(CostModel):
 
     def _calibration(self, op: str) -> float:
         """Median measured/roofline ratio over the timings of ``op`` so far (1 if none)."""
-        ratios = []
-        for key, seconds in self.timings.table.items():
-            name, attrs, ins, out = json.loads(key)
-            if name == op:
-                types = [_parse_type(t) for t in ins]
-                ratios.append(seconds / self.roofline.op_cost(name, dict(attrs), types, _parse_type(out)))
+        timed = self.timings.of(op)
+        ratios = [s / self.roofline.op_cost(c.op, c.attrs, c.inputs, c.output) for c, s in timed]
         return statistics.median(ratios) if ratios else 1.0
-
-
-def _parse_type(text: str) -> TensorType:
-    from eqsat.text import parse_tensor_type
-
-    return TensorType(*parse_tensor_type(text, 0))

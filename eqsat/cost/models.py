@@ -43,7 +43,8 @@ class CostModel:
         return None
 
     timed_ops: frozenset[str] = frozenset()
-    """The ops whose alternatives the model would have timed before extraction (``time_kernels``)."""
+    """The ops whose calls the model times on this device before extraction (``time_kernels``) and
+    prices at their timings (``call_cost``); none: the model times nothing before extraction."""
 
     def time_kernels(self, alternatives: Sequence[Sequence[Call]], seconds: float) -> tuple[int, int]:
         """Before extraction: time, within ``seconds``, the calls of ``timed_ops`` among the e-graph's
@@ -107,8 +108,9 @@ def phases(
     output: TensorType,
     device: Device | None = None,
 ) -> list[Kernel]:
-    """(flops, bytes) of each kernel an op runs as (see ``OpDef.cost_phases``); opaque ops: one kernel,
-    a pass over their operands and result or their own (``ops.opaque.OPAQUE_KERNELS``: lookups).
+    """The phases of an op (``Kernel``: the flops and bytes of each kernel it runs as, see
+    ``OpDef.cost_phases``); opaque ops: one, a pass over their operands and result or their own
+    (``ops.opaque.OPAQUE_KERNELS``: lookups).
     On a ``device`` that runs the op on a fused kernel of its own (``Device.kernels``) where that
     kernel takes the call (``OpDef.device_kernel``), that kernel: the op's arithmetic, its operands
     read and its result written once, at the rate ``kernel:<op>:<dtype>``."""
@@ -126,10 +128,10 @@ def phases(
 
 
 class Flops(CostModel):
-    """Arithmetic plus memory traffic over an op's kernels: ``flops + bytes_weight·bytes + per_op`` each.
+    """Arithmetic plus memory traffic over an op's phases: ``flops + bytes_weight·bytes + per_op`` each.
 
     View-like ops (reshape, full, expand, split) are fused away by XLA and cost nothing; ``per_op``
-    breaks ties toward fewer kernels.
+    breaks ties toward fewer phases.
     """
 
     name = "flops"
@@ -151,6 +153,8 @@ class Flops(CostModel):
 
 
 _BACKEND_DEVICE = {"cpu": "cpu", "gpu": "h100", "cuda": "h100", "tpu": "tpu-v5e"}
+TIMED_OPS = frozenset(n for n, d in OPS.items() if d.timed)
+"""The ops no roofline predicts (``OpDef.timed``: convs, transposes, scans, top_k, sorts): timed here."""
 
 
 def this_device() -> Device:
@@ -159,11 +163,27 @@ def this_device() -> Device:
     return calibrated_device() or get_device(_BACKEND_DEVICE.get(jax.default_backend(), "cpu"))
 
 
-class Roofline(CostModel):
-    """Seconds on a device: each kernel takes ``max(flops / peak, bytes / bandwidth) + launch``
-    (cache bandwidth for kernels whose traffic fits in the last-level cache).
+def profile(device: str | Device | None) -> Device:
+    """A profile by name (``eqsat.devices.get_device``), a ``Device`` as given, or None: this device's
+    (``this_device``)."""
+    if device is None:
+        return this_device()
+    return get_device(device) if isinstance(device, str) else device
 
-    A fused op (linear with its activation epilogue, fma, a flash-attention block step) is one kernel,
+
+def error_over(error: float, device: Device, here: bool) -> float:
+    """A model's ``error`` over ``device``; unknown (infinite) where the profile is this device's
+    (``here``) and was not measured (``Device.measured``): every program the model changes is then
+    timed against the input."""
+    return math.inf if here and not device.measured else error
+
+
+class Roofline(CostModel):
+    """Seconds on a device: each phase of an op (``eqsat.ops.Kernel``: one kernel it runs as) takes
+    ``max(flops / peak, bytes / bandwidth) + launch`` (cache bandwidth for phases whose traffic fits in
+    the last-level cache); with ``timings``, the ops of ``TIMED_OPS`` at their seconds timed here.
+
+    A fused op (linear with its activation epilogue, fma, a flash-attention block step) is one phase,
     so its epilogue pays no extra round trip to memory; view ops are free.
     """
 
@@ -171,19 +191,15 @@ class Roofline(CostModel):
 
     def __init__(self, device: str | Device | None = None, timings: KernelTimes | None = None) -> None:
         """``device``: a profile name from ``eqsat.devices`` (``calibrated``: this backend's, measured
-        by ``eqsat.calibrate``), a ``Device``, or None: this device, its calibrated profile where there
-        is one, else the built-in profile of JAX's default backend (cpu, gpu -> h100, tpu -> tpu-v5e),
-        and its kernel ``timings`` (``eqsat.cost.kernels``; default: the table on disk) for the ops
-        whose kernels no roofline predicts (``OpDef.timed``: convs, transposes, scans). A named
-        profile is the roofline alone, unless ``timings`` are given."""
-        if device is None:
-            device, timings = this_device(), timings or KernelTimes()
-            if not device.measured:  # no known error: every change is measured (see ``Device``)
-                self.error = math.inf
-        self.device = get_device(device) if isinstance(device, str) else device
+        by ``eqsat.calibrate``), a ``Device``, or None: this device (``this_device``), on any backend,
+        with its kernel ``timings`` (``eqsat.cost.kernels``; default: the table on disk). A named or
+        given profile is the roofline alone, unless ``timings`` are given."""
+        here = device is None
+        self.device = profile(device)
+        self.error = error_over(self.error, self.device, here)
         self.name = f"roofline:{self.device.name}"
-        self.timings = timings
-        self.timed_ops = frozenset(n for n, d in OPS.items() if d.timed) if timings else frozenset()
+        self.timings = KernelTimes() if here and timings is None else timings
+        self.timed_ops = TIMED_OPS if self.timings is not None else frozenset()
         self._known: dict[Any, float] = {}  # op costs by (op, attrs, types): layers repeat them
 
     def op_cost(
@@ -214,7 +230,7 @@ class Roofline(CostModel):
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
     ) -> float:
         """The roofline's seconds, timings aside."""
-        return sum(self.kernel_seconds(k) for k in phases(op, attrs, inputs, output, self.device))
+        return sum(self.phase_seconds(k) for k in phases(op, attrs, inputs, output, self.device))
 
     def time_kernels(self, alternatives: Sequence[Sequence[Call]], seconds: float) -> tuple[int, int]:
         if self.timings is None:
@@ -228,15 +244,17 @@ class Roofline(CostModel):
         table's contents: a timing, once recorded, never changes, and an optimization that is cached
         timed every kernel its choice read (one that left some untimed is cut short, never stored),
         so another program's new timings cannot change its result."""
-        return repr(self.device) + (f" timed in {self.timings.path}" if self.timings else "")
+        timed = f" timed in {self.timings.path}" if self.timings is not None else ""
+        return repr(self.device) + timed
 
-    def kernel_seconds(self, kernel: Kernel) -> float:
+    def phase_seconds(self, phase: Kernel) -> float:
+        """The roofline's seconds of one phase."""
         d = self.device
-        bandwidth = d.cache_bandwidth if kernel.bytes <= d.cache_bytes else d.bandwidth
-        step = d.loop_step_s if kernel.loop_step else 0.0
-        write = d.write_bandwidth(kernel.kind) if kernel.written else None
-        extra = kernel.written / write if write else 0.0
-        return max(kernel.flops / d.peak(kernel.kind), kernel.bytes / bandwidth) + extra + d.launch_s + step
+        bandwidth = d.cache_bandwidth if phase.bytes <= d.cache_bytes else d.bandwidth
+        step = d.loop_step_s if phase.loop_step else 0.0
+        write = d.write_bandwidth(phase.kind) if phase.written else None
+        extra = phase.written / write if write else 0.0
+        return max(phase.flops / d.peak(phase.kind), phase.bytes / bandwidth) + extra + d.launch_s + step
 
 
 class FunctionCost(CostModel):

@@ -25,7 +25,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from eqsat.errors import ParseError
-from eqsat.frontend.paddle import control_flow, layout, math, nn, values  # noqa: F401  (their ops)
 from eqsat.frontend.paddle.reader import HANDLERS, UntranslatedError, _read, _Reader, claim_spellings
 from eqsat.frontend.paddle_json import json_lines
 from eqsat.frontend.paddle_params import Params, bind_params
