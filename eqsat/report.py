@@ -59,6 +59,8 @@ class Report:
 
     @property
     def rules_fired(self) -> dict[str, int]:
+        """The rules that matched, with their matches over all iterations (a match that adds nothing
+        new counts: egglog reports matches, not the e-nodes each added)."""
         return self.saturation.rules_fired()
 
     def __repr__(self) -> str:
