@@ -19,7 +19,7 @@ from eqsat.egraph import Serialized
 from eqsat.errors import ShapeError
 from eqsat.ir import Program
 from eqsat.options import CARRIED, Options
-from eqsat.pipeline import Job, NotFound, optimized, until
+from eqsat.pipeline import Job, NotFound, optimized, span
 from eqsat.progress import ProgressBar
 from eqsat.report import Outcome
 from eqsat.rules import Rule
@@ -192,22 +192,21 @@ class OptimizeResult(Outcome):
 def carry(program: Program, template: OptimizeResult, options: Options) -> OptimizeResult | None:
     """``program`` (the template's original at other sizes of its dynamic dims) optimized as the
     template was: saturated, then the template's program found in its e-graph (``eqsat.guided``), no
-    kernel timed and nothing measured (the pipeline until ``accept``); None where it is not found
-    there. Never cached: what ``optimize`` returns for ``program`` is its own optimization.
-    Control-flow bodies are optimized at the new size as ``optimize`` would, their kernels priced by
-    the cost model, none timed. A template a safety net cut short is carried nowhere: each size is
-    then optimized itself."""
+    kernel timed before extraction and the whole not measured (the stages up to ``accept``); None
+    where it is not found there. Never cached: what ``optimize`` returns for ``program`` is its own
+    optimization. Control-flow bodies are optimized at the new size as ``optimize`` would. A template
+    a safety net cut short is carried nowhere: each size is then optimized itself."""
     if template.report.cut_short:
         return None
     carried = replace(options, limits=replace(options.limits, kernel_seconds=0.0))
     try:
-        outcome = optimized(program, Job.of(carried, template=template.program), until("accept"))
+        outcome = optimized(program, Job.of(carried, template=template.program), span("bodies", "accept"))
     except NotFound:
         return None
     if outcome.report.cut_short or outcome.report.saturation.stopped(Stop.ERROR):
         return None  # a safety net or a failure, not the template, decided: optimize_with reports it
     sizes = ", ".join("x".join(map(str, v.type.shape)) or "scalar" for v in template.original.inputs)
-    note = f"the program optimized at {sizes} carried to this size (eqsat.guided): no kernel timed"
+    note = f"the program optimized at {sizes} carried to this size (eqsat.guided)"
     report = replace(
         outcome.report, note="; ".join(filter(None, [note, outcome.report.note])), extractor=CARRIED
     )

@@ -262,12 +262,12 @@ def _time_kernels_of(programs: Iterable[tuple[str, Program]], seconds: float) ->
     optimization of them reads the timings instead of spending its own time limit on them: the
     optimizer's stages up to ``kernels``, nothing extracted."""
     from eqsat.options import Options
-    from eqsat.pipeline import Job, State, run, until
+    from eqsat.pipeline import Job, State, run, span
     from eqsat.saturate import Limits
 
     for name, program in programs:
         limits = Limits(timeout_s=seconds + 60.0, kernel_seconds=seconds)
-        state = run(State.of(program, Job.of(Options.of(limits=limits))), until("kernels"))
+        state = run(State.of(program, Job.of(Options.of(limits=limits))), span("repeats", "kernels"))
         print(f"{name}: {state.kernels_timed} kernels timed in {state.timings.get('kernels', 0.0):.1f} s")
     return 0
 

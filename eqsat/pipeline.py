@@ -2,7 +2,7 @@
 
 ``STAGES`` lists them in order: control-flow ``bodies``, ``repeats`` (a repeated block optimized once),
 ``unit_dims``, ``proposals``, ``load``, ``saturate``, ``kernels`` (timed before extraction),
-``extract``, ``accept`` and ``measure``. ``run`` runs them, or a slice of them (``until``), over one
+``extract``, ``accept`` and ``measure``. ``run`` runs them, or a slice of them (``span``), over one
 ``State``: each stage is timed under its name (a stage that leaves the state as it was is not
 recorded), and the time limit is checked before each stage it bounds. A stage that decides the result
 early (a failure, the time limit) marks the state ``final`` and no stage runs after it.
@@ -218,21 +218,22 @@ def saturate(s: State) -> State:
 
 
 def _failed(s: State, error: BaseException) -> State:
-    """The input, where egglog failed: a report that says why, and a warning."""
+    """The input, where egglog failed (a warning too)."""
     note = f"saturation failed, the input is returned: {error}"
     warnings.warn(f"eqsat: {note}", RuntimeWarning, stacklevel=4)
-    cost = s.model.program_cost(s.input)
-    failed = SaturationReport(stop_reason=StopReason(Stop.ERROR))
-    report = Report(failed, s.model.name, cost, cost, s.timings, note, "none")
-    return replace(s, outcome=Outcome(s.input, s.input, report), final=True)
+    return _input_returned(s, SaturationReport(stop_reason=StopReason(Stop.ERROR)), note)
 
 
 def _timed_out(s: State, passed: TimeLimit) -> State:
     """The input, where the time limit passed before a program could be extracted."""
-    cost = s.model.program_cost(s.input)
     sat = s.saturation or SaturationReport(stop_reason=StopReason.time_limit(passed.seconds))
-    note = f"{passed}: the input is returned"
-    report = Report(sat, s.model.name, cost, cost, s.timings, note, "none", cut_short=str(passed))
+    return _input_returned(s, sat, f"{passed}: the input is returned", cut_short=str(passed))
+
+
+def _input_returned(s: State, sat: SaturationReport, note: str, cut_short: str = "") -> State:
+    """The final state whose outcome is the input, its report saying why."""
+    cost = s.model.program_cost(s.input)
+    report = Report(sat, s.model.name, cost, cost, s.timings, note, "none", cut_short=cut_short)
     return replace(s, outcome=Outcome(s.input, s.input, report), final=True)
 
 
@@ -361,7 +362,7 @@ def accept(s: State) -> State:
         if parts is None:  # extraction tied one segment to another's values: optimize the whole program
             whole = run(
                 replace(State.of(s.input, s.job), timings=s.timings),
-                STAGES[_index("unit_dims") : _index("accept")],
+                span("unit_dims", "extract"),
             )
             return whole if whole.final else accept(whole)
         best = found.stitch(parts)
@@ -418,22 +419,20 @@ STAGES = (
 )
 
 
-def _index(name: str) -> int:
-    return next(i for i, stage in enumerate(STAGES) if stage.name == name)
-
-
-def until(name: str) -> tuple[Stage, ...]:
-    """The stages up to and including ``name``: a partial pipeline."""
-    return STAGES[: _index(name) + 1]
+def span(first: str, last: str) -> tuple[Stage, ...]:
+    """The stages from ``first`` to ``last``, both included: a partial pipeline."""
+    names = [stage.name for stage in STAGES]
+    return STAGES[names.index(first) : names.index(last) + 1]
 
 
 def run(state: State, stages: Sequence[Stage] = STAGES) -> State:
     """``stages`` run in order over ``state``: each timed under its name in ``state.timings`` (where it
-    changed the state), the time limit checked before those it bounds, none after a ``final`` state."""
+    changed the state; its own time, less that of stages it ran inside), the time limit checked
+    before those it bounds, none after a ``final`` state."""
     for stage in stages:
         if state.final:
             break
-        t = time.perf_counter()
+        t, inner = time.perf_counter(), sum(state.timings.values())
         try:
             if stage.bounded:
                 state.job.deadline.check(f"before {stage.name}")
@@ -441,7 +440,8 @@ def run(state: State, stages: Sequence[Stage] = STAGES) -> State:
         except TimeLimit as e:
             after = _timed_out(state, e)
         if after is not state:
-            state.timings[stage.name] = state.timings.get(stage.name, 0.0) + time.perf_counter() - t
+            own = time.perf_counter() - t - (sum(state.timings.values()) - inner)
+            state.timings[stage.name] = state.timings.get(stage.name, 0.0) + own
         state = after
     return state
 
