@@ -17,10 +17,23 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from eqsat.egglog_text import ANALYSIS, REWRITES, literal, needs_opaque, negative_zero, tlist
+from eqsat.egglog_text import (
+    ANALYSIS,
+    REWRITES,
+    Term,
+    app,
+    equal,
+    let,
+    literal,
+    negative_zero,
+    rule_command,
+    set_to,
+    tlist,
+    union,
+)
 from eqsat.errors import EqsatError, ShapeError
 from eqsat.ir import DTYPES, Op, Program, TensorType, Value
-from eqsat.ops import EGG_SORT, FLOAT_DTYPES, OPS, VARIADIC, OpDef, folds
+from eqsat.ops import EGG_SORT, FLOAT_DTYPES, OPS, VARIADIC, OpDef, folds, needs_opaque
 from eqsat.ranges import DECLARATIONS as RANGE_DECLARATIONS
 from eqsat.ranges import parameter_ranges
 from eqsat.stacking import Alternative
@@ -36,51 +49,47 @@ for _name in ("egglog", "egglog_bridge", "egglog_experimental"):
         logging.getLogger(_name).setLevel(logging.WARNING)
 
 
-def var(attr: str) -> str:
+def attribute_variable(attr: str) -> str:
     """The egglog pattern variable of an attribute (prefixed: attribute names clash with functions)."""
     return f"a_{attr}"
 
 
-def pattern(op: OpDef) -> str:
+def pattern(op: OpDef) -> Term:
     """The constructor pattern of ``op`` over variables ``x0``.. (or ``xs``) and ``a_<attr>``."""
     ins = ["xs"] if op.arity == VARIADIC else [f"x{i}" for i in range(op.arity)]
-    return f"({op.ctor} {' '.join([*ins, *(var(a.name) for a in op.attrs)])})"
+    return Term(app(op.ctor, *ins, *(attribute_variable(a.name) for a in op.attrs)))
 
 
 def _declaration(op: OpDef) -> str:
     ins = ["TList"] if op.arity == VARIADIC else ["Tensor"] * op.arity
-    return f"({op.ctor} {' '.join([*ins, *(EGG_SORT[a.kind] for a in op.attrs)])})"
+    return app(op.ctor, *ins, *(EGG_SORT[a.kind] for a in op.attrs))
 
 
 def _analysis_rules(op: OpDef) -> list[str]:
-    pat = pattern(op)
+    matched = equal("t", pattern(op))
     if op.arity == VARIADIC:
-        inputs = "(= xs (TCons x0 rest))"
+        inputs: str = equal("xs", app("TCons", "x0", "rest"))
         names = {"xs": "xs"}
     else:
-        inputs = " ".join(f"(= s{i} (shape x{i}))" for i in range(op.arity))
+        inputs = " ".join(equal(f"s{i}", app("shape", f"x{i}")) for i in range(op.arity))
         names = {f"s{i}": f"s{i}" for i in range(op.arity)}
-    names.update({a.name: var(a.name) for a in op.attrs})
+    names.update({a.name: attribute_variable(a.name) for a in op.attrs})
     rules = []
     demand = op.shape.demand(names)
     if demand:
-        rules.append(f"(rule ((= t {pat}) {inputs}) ({demand}) :ruleset {ANALYSIS})")
+        rules.append(rule_command((matched, inputs), (demand,), ANALYSIS))
     for k, (facts, expr) in enumerate(op.shape.egglog(names)):
-        rules.append(
-            f"(rule ((= t {pat}) {inputs} {facts}) ((set (shape t) {expr})) "
-            f':ruleset {ANALYSIS} :name "shape-{op.name}-{k}")'
-        )
+        shape = set_to(app("shape", "t"), expr)
+        rules.append(rule_command((matched, inputs, facts), (shape,), ANALYSIS, f"shape-{op.name}-{k}"))
     if isinstance(op.dtype, int):
-        src = "(= xs (TCons x0 rest))" if op.arity == VARIADIC else ""
-        dtype_fact, dtype = f"{src} (= d (dtype x{op.dtype}))", "d"
-    elif op.dtype in DTYPES:
-        dtype_fact, dtype = "", literal(op.dtype)
+        src = inputs if op.arity == VARIADIC else ""
+        dtype_facts: tuple[str, ...] = (src, equal("d", app("dtype", f"x{op.dtype}")))
+        dtype = "d"
     else:
-        dtype_fact, dtype = "", var(op.dtype)
-    rules.append(
-        f"(rule ((= t {pat}) {dtype_fact}) ((set (dtype t) {dtype})) "
-        f':ruleset {ANALYSIS} :name "dtype-{op.name}")'
-    )
+        dtype_facts = ("",)
+        dtype = literal(op.dtype) if op.dtype in DTYPES else attribute_variable(op.dtype)
+    dtype_rule = (set_to(app("dtype", "t"), dtype),)
+    rules.append(rule_command((matched, *dtype_facts), dtype_rule, ANALYSIS, f"dtype-{op.name}"))
     return rules
 
 
@@ -100,8 +109,8 @@ DTYPE_FAMILIES: dict[str, frozenset[str]] = {
 def _dtype_families() -> list[str]:
     lines = []
     for family, dtypes in DTYPE_FAMILIES.items():
-        lines.append(f"(relation {family} (String))")
-        lines.extend(f'({family} "{d}")' for d in sorted(dtypes))
+        lines.append(app("relation", family, "(String)"))
+        lines.extend(app(family, literal(d)) for d in sorted(dtypes))
     return lines
 
 
@@ -109,15 +118,16 @@ def _dtype_families() -> list[str]:
 def schema() -> str:
     """The egglog declarations and analysis rules, derived from the op registry."""
     ctors = " ".join(_declaration(op) for op in OPS.values())
+    tensor = app("Tensor", app("Input", "String"), app("Opaque", "String", "TList", "i64"), ctors)
+    tlists = app("TList", app("TNil"), app("TCons", "Tensor", "TList"))
     lines = [
-        "(sort IVec (Vec i64))",
-        f"(datatype* (Tensor (Input String) (Opaque String TList i64) {ctors})"
-        " (TList (TNil) (TCons Tensor TList)))",
-        "(function shape (Tensor) IVec :no-merge)",
-        "(function dtype (Tensor) String :no-merge)",
+        app("sort", "IVec", app("Vec", "i64")),
+        app("datatype*", tensor, tlists),
+        app("function", "shape", "(Tensor)", "IVec", ":no-merge"),
+        app("function", "dtype", "(Tensor)", "String", ":no-merge"),
         *RANGE_DECLARATIONS,
-        f"(ruleset {ANALYSIS})",
-        f"(ruleset {REWRITES})",
+        app("ruleset", ANALYSIS),
+        app("ruleset", REWRITES),
         *_dtype_families(),
     ]
     lines.extend(dict.fromkeys(line for op in OPS.values() for line in op.shape.prelude(ANALYSIS)))
@@ -145,6 +155,11 @@ class Encoding:
             yield "\n".join(lines[i : i + size])
 
 
+def typed_as(name: str, t: TensorType) -> tuple[str, str]:
+    """Commands stating the shape and dtype of the global ``name``."""
+    return set_to(app("shape", name), t.shape), set_to(app("dtype", name), literal(t.dtype))
+
+
 def encode(program: Program, typed: bool = True, alternatives: Sequence[Alternative] = ()) -> Encoding:
     """One ``let`` per value in topological order (one nested expression would be quadratic); then
     each of ``alternatives`` (``eqsat.stacking``), its ops and a union with the value it equals.
@@ -158,16 +173,12 @@ def encode(program: Program, typed: bool = True, alternatives: Sequence[Alternat
     enc = Encoding("", [])
     ranges = parameter_ranges(program)
 
-    def state(name: str, t: TensorType) -> None:
-        cmds.append(f"(set (shape {name}) {literal(t.shape)})")
-        cmds.append(f"(set (dtype {name}) {literal(t.dtype)})")
-
     for v in (*program.inputs, *program.params):
         key = f"in{len(enc.leaves)}"
         enc.leaves[key] = v
         names[id(v)] = name = f"$v{len(names)}"
-        cmds.append(f'(let {name} (Input "{key}"))')
-        state(name, v.type)
+        cmds.append(let(name, app("Input", literal(key))))
+        cmds.extend(typed_as(name, v.type))
     for p in program.params:
         known = ranges.get(p.name) if p.name else None
         if known is not None:
@@ -175,24 +186,24 @@ def encode(program: Program, typed: bool = True, alternatives: Sequence[Alternat
 
     def emit(op: Op) -> None:
         args = [names[id(v)] for v in op.inputs]
-        if needs_opaque(op):
+        if needs_opaque(op.name, op.attrs, (v.type.rank for v in (*op.inputs, *op.outputs))):
             key = f"op{len(enc.opaque)}"
             enc.opaque[key] = op
             for i, out in enumerate(op.outputs):
                 names[id(out)] = name = f"$v{len(names)}"
-                cmds.append(f'(let {name} (Opaque "{key}" {tlist(args)} {i}))')
-                state(name, out.type)
+                cmds.append(let(name, app("Opaque", literal(key), tlist(args), i)))
+                cmds.extend(typed_as(name, out.type))
             return
         spec = OPS[op.name]
         ins = [tlist(args)] if spec.arity == VARIADIC else args
         attrs = {a.name: literal(op.attrs[a.name]) for a in spec.attrs}
         names[id(op.output)] = name = f"$v{len(names)}"
         if op.name == "full" and negative_zero(op.attrs["value"]):  # -0.0 is -(0.0), exactly
-            cmds.append(f"(let {name} (Neg (Full {attrs['shape']} 0.0 {attrs['dtype']})))")
+            cmds.append(let(name, app("Neg", app("Full", attrs["shape"], 0.0, attrs["dtype"]))))
         else:
-            cmds.append(f"(let {name} ({spec.ctor} {' '.join([*ins, *attrs.values()])}))")
+            cmds.append(let(name, app(spec.ctor, *ins, *attrs.values())))
         if typed:
-            state(name, op.output.type)
+            cmds.extend(typed_as(name, op.output.type))
 
     for op in program.live_ops():
         emit(op)
@@ -202,7 +213,7 @@ def encode(program: Program, typed: bool = True, alternatives: Sequence[Alternat
             if id(op.output) not in names:
                 emit(op)
         value = names[id(alternative.value)]
-        cmds.append(f"(union {value} {names[id(alternative.ops[-1].output)]})")
+        cmds.append(union(value, names[id(alternative.ops[-1].output)]))
         groups.setdefault(names[id(alternative.shared)], []).append(value)
     enc.groups = list(groups.items())
     enc.roots = [names[id(v)] for v in program.outputs]
@@ -499,7 +510,7 @@ def extract_with_egglog(egraph: bindings.EGraph, enc: Encoding, original: Progra
     from egglog import bindings
 
     extracted = [
-        _only(egraph.parse_and_run_program(f"(extract {root})"), bindings.ExtractBest) for root in enc.roots
+        _only(egraph.parse_and_run_program(app("extract", root)), bindings.ExtractBest) for root in enc.roots
     ]
     rebuild.out.outputs = [build(e.termdag, e.term) for e in extracted]  # all dags alive: ids stay unique
     return rebuild.out

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eqsat.egglog_text import app, set_to
 from eqsat.ir import Program
 from eqsat.types import FLOAT_DTYPES
 
@@ -24,10 +25,9 @@ LO, HI, TINY = "range-lo", "range-hi", "range-tiny"
 # Smallest nonzero magnitudes only matter near underflow (the guards allow 2**-64): any above this is
 # stated as this, so that retrained weights, whose smallest element is anyone's guess, keep their key
 TINY_CAP = 2.0**-16
-DECLARATIONS = (
-    f"(function {LO} (Tensor) f64 :merge (max old new))",
-    f"(function {HI} (Tensor) f64 :merge (min old new))",
-    f"(function {TINY} (Tensor) f64 :merge (max old new))",
+DECLARATIONS = tuple(
+    app("function", name, "(Tensor)", "f64", ":merge", app(merge, "old", "new"))
+    for name, merge in ((LO, "max"), (HI, "min"), (TINY, "max"))
 )
 
 
@@ -73,14 +73,7 @@ class Range:
 
     def facts(self, term: str) -> list[str]:
         """egglog commands stating this range of ``term``."""
-        return [
-            f"(set ({name} {term}) {_f64(v)})"
-            for name, v in ((LO, self.lo), (HI, self.hi), (TINY, self.tiny))
-        ]
-
-
-def _f64(v: float) -> str:
-    return repr(v).replace("e+", "e")
+        return [set_to(app(name, term), v) for name, v in ((LO, self.lo), (HI, self.hi), (TINY, self.tiny))]
 
 
 def parameter_ranges(program: Program) -> dict[str, Range]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from eqsat.config import config
 from eqsat.deadline import Deadline
-from eqsat.egglog_text import ANALYSIS, REWRITES
+from eqsat.egglog_text import ANALYSE, REWRITES, app, back_off, iteration
 from eqsat.egraph import TENSOR_CTORS, new_egraph
 from eqsat.rules import Rule
 
@@ -146,7 +146,7 @@ class SaturationReport:
 
 def sizes(egraph: bindings.EGraph) -> tuple[int, int]:
     """(tensor e-nodes, tensor e-classes): constructor rows, and rows of the shape analysis."""
-    (out,) = egraph.parse_and_run_program("(print-size)")
+    (out,) = egraph.parse_and_run_program(app("print-size"))
     table = {name: int(n) for name, n in _SIZE.findall(str(out))}
     nodes = sum(n for name, n in table.items() if name in TENSOR_CTORS)
     return nodes, table.get("shape", 0)
@@ -252,8 +252,8 @@ def fresh_egraph(rules: Sequence[Rule]) -> bindings.EGraph:
             egraph = new_egraph()
             install(egraph, rules)
     else:
-        egraph.parse_and_run_program("(pop)")
-    egraph.parse_and_run_program("(push)")
+        egraph.parse_and_run_program(app("pop"))
+    egraph.parse_and_run_program(app("push"))
     egraphs[key] = egraph  # most recently used last
     while len(egraphs) > _PREPARED_KEPT:
         del egraphs[next(iter(egraphs))]
@@ -268,24 +268,23 @@ def _small(key: tuple[Rule, ...]) -> bindings.EGraph:
         prepared.small = new_egraph()
     egraph = prepared.small
     if prepared.small_key == key:
-        egraph.parse_and_run_program("(pop)\n(push)")
+        egraph.parse_and_run_program(app("pop") + "\n" + app("push"))
         return egraph
     if prepared.small_key is not None:
-        egraph.parse_and_run_program("(pop)\n(pop)")
+        egraph.parse_and_run_program(app("pop") + "\n" + app("pop"))
         prepared.small_key = None
-    egraph.parse_and_run_program("(push)")
+    egraph.parse_and_run_program(app("push"))
     try:
         install(egraph, key)
     except BaseException:  # a rule egglog refuses (Rust panics are BaseException): start over next time
         prepared.small = None
         raise
-    egraph.parse_and_run_program("(push)")
+    egraph.parse_and_run_program(app("push"))
     prepared.small_key = key
     return egraph
 
 
 NODE_SLACK = 1.1  # the e-graph may end this far above max_nodes, never further
-_ITERATION = f"(run-schedule (run-with {{scheduler}} {REWRITES}) (saturate {ANALYSIS}))"
 
 
 def states(start: Callable[[], bindings.EGraph], commands: Sequence[str]) -> Iterator[bindings.EGraph]:
@@ -303,9 +302,8 @@ class _Replayable:
     after any iteration (egglog's push/pop copies the whole e-graph each time)."""
 
     def __init__(self, start: Callable[[], bindings.EGraph], limits: Limits) -> None:
-        backoff = f"(back-off :match-limit {limits.match_limit} :ban-length {limits.ban_length})"
         self.start = start
-        self.commands = [f"(let-scheduler backoff {backoff})\n(run-schedule (saturate {ANALYSIS}))"]
+        self.commands = [back_off("backoff", limits.match_limit, limits.ban_length) + "\n" + ANALYSE]
         self.egraph = self._rebuilt()
 
     def _rebuilt(self) -> bindings.EGraph:
@@ -360,7 +358,7 @@ def saturate(
         if now >= deadline.seconds:  # the safety net: work, not the clock, bounds an ordinary run
             report.stop_reason = StopReason.time_limit(deadline.seconds)
             break
-        result = run.step(_ITERATION.format(scheduler="backoff"))
+        result = run.step(iteration("backoff"))
         size = sizes(run.egraph)
         if size[0] > cap:
             result, size = _retry_within(run, index, result, nodes, size[0], cap)
@@ -407,8 +405,7 @@ def _retry_within(
     run.rewind(index)
     if limit:
         scheduler = f"within{index}"
-        fresh = f"(let-scheduler {scheduler} (back-off :match-limit {limit} :ban-length 1))"
-        result = run.step(fresh + "\n" + _ITERATION.format(scheduler=scheduler))
+        result = run.step(back_off(scheduler, limit, 1) + "\n" + iteration(scheduler))
         size = sizes(run.egraph)
         if size[0] <= cap:
             return result, size

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from itertools import product
 from typing import ClassVar
 
+from eqsat.egglog_text import app, equal, rule_command, set_to, vec
 from eqsat.errors import ShapeError
 
 MAX_RANK = 6
@@ -47,16 +48,12 @@ def _egg_broadcast(a: str, ra: int, b: str, rb: int) -> list[str]:
     dims = []
     for i in range(r):
         ia, ib = i - (r - ra), i - (r - rb)
-        ea = f"(vec-get {a} {ia})" if ia >= 0 else None
-        eb = f"(vec-get {b} {ib})" if ib >= 0 else None
+        ea = app("vec-get", a, ia) if ia >= 0 else None
+        eb = app("vec-get", b, ib) if ib >= 0 else None
         # max(a, b), or 0 where one is 0 (a size-0 dim broadcast against 1)
-        both = f"(* (max {ea} {eb}) (min (min {ea} {eb}) 1))"
+        both = app("*", app("max", ea, eb), app("min", app("min", ea, eb), 1))
         dims.append(both if ea and eb else ea or eb or "1")
     return dims
-
-
-def vec(dims: Sequence[str]) -> str:
-    return f"(vec-of {' '.join(dims)})" if dims else "(vec-empty)"
 
 
 class ShapeRule:
@@ -113,19 +110,19 @@ class Broadcast(ShapeRule):
         return broadcast(shapes[0], shapes[1])
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
-        return [(f"(= b (broadcast-shape {pattern['s0']} {pattern['s1']}))", "b")]
+        return [(equal("b", app("broadcast-shape", pattern["s0"], pattern["s1"])), "b")]
 
     def demand(self, pattern: dict[str, str]) -> str:
-        return f"(wants-broadcast-shape {pattern['s0']} {pattern['s1']})"
+        return app("wants-broadcast-shape", pattern["s0"], pattern["s1"])
 
     def prelude(self, ruleset: str) -> list[str]:
         rules = [
-            "(function broadcast-shape (IVec IVec) IVec :no-merge)",
-            "(relation wants-broadcast-shape (IVec IVec))",
+            app("function", "broadcast-shape", "(IVec IVec)", "IVec", ":no-merge"),
+            app("relation", "wants-broadcast-shape", "(IVec IVec)"),
         ]
         for ra, rb in product(range(MAX_RANK + 1), repeat=2):
-            rules.append(
-                f"(rule ((wants-broadcast-shape a b) (= (vec-length a) {ra}) (= (vec-length b) {rb})) "
-                f"((set (broadcast-shape a b) {vec(_egg_broadcast('a', ra, 'b', rb))})) :ruleset {ruleset})"
-            )
+            wants = app("wants-broadcast-shape", "a", "b")
+            ranks = (equal(app("vec-length", "a"), ra), equal(app("vec-length", "b"), rb))
+            shape = set_to(app("broadcast-shape", "a", "b"), vec(_egg_broadcast("a", ra, "b", rb)))
+            rules.append(rule_command((wants, *ranks), (shape,), ruleset))
         return rules

@@ -17,8 +17,8 @@ import jax
 import numpy as np
 
 from eqsat.cost.models import NodeCount
-from eqsat.egglog_text import literal
-from eqsat.egraph import Encoding, Serialized, decode, new_egraph
+from eqsat.egglog_text import ANALYSE, ANALYSIS, REWRITES, app, let, literal
+from eqsat.egraph import Encoding, Serialized, decode, new_egraph, typed_as
 from eqsat.errors import EqsatError, MiscompileError, ShapeError
 from eqsat.extract import greedy_dag
 from eqsat.ir import FLOAT_DTYPES, Op, Program, TensorType, Value
@@ -112,11 +112,7 @@ def _example(rule: Rule, bindings: dict[str, Any]) -> _Example:
         if isinstance(value, TensorType):
             program.add_input(name, value)
             egg[name] = f"$in_{name}"
-            cmds += [
-                f'(let $in_{name} (Input "{name}"))',
-                f"(set (shape $in_{name}) {literal(value.shape)})",
-                f"(set (dtype $in_{name}) {literal(value.dtype)})",
-            ]
+            cmds += [let(egg[name], app("Input", literal(name))), *typed_as(egg[name], value)]
         else:
             egg[name] = literal(value)
     leaves = {v.name: v for v in program.inputs if v.name}
@@ -189,9 +185,9 @@ def example_programs(rule: Rule, seed: int = 0) -> list[Program]:
 def _instantiate(egraph: Any, ex: _Example) -> tuple[list[str], dict[str, Program]]:
     """Let every root in ``egraph``; the roots' names and the programs of those the example fits."""
     names = [f"$root{k}" for k in range(len(ex.roots))]
-    lets = [f"(let {n} {_substitute(r, ex.egg)})" for n, r in zip(names, ex.roots, strict=True)]
+    lets = [let(n, _substitute(r, ex.egg)) for n, r in zip(names, ex.roots, strict=True)]
     egraph.parse_and_run_program("\n".join([*ex.cmds, *lets]))
-    egraph.parse_and_run_program("(run-schedule (saturate analysis))")
+    egraph.parse_and_run_program(ANALYSE)
     before = Serialized(egraph.serialize([]).to_json())
     choose = greedy_dag(before, NodeCount())
     lhs = {}
@@ -231,7 +227,9 @@ def _check_roots(
     leaves, program, roots = ex.leaves, ex.program, ex.roots
     expected = {(n, kind): _evaluate(p, a)[0] for n, p in lhs.items() for kind, a in args.items()}
     install(egraph, [rule])
-    egraph.parse_and_run_program("(run-schedule (saturate analysis) (run rewrites) (saturate analysis))")
+    egraph.parse_and_run_program(
+        app("run-schedule", app("saturate", ANALYSIS), app("run", REWRITES), app("saturate", ANALYSIS))
+    )
     after = Serialized(egraph.serialize([]).to_json())
     best = greedy_dag(after, NodeCount())
     compared, grew = 0, False

@@ -20,6 +20,7 @@ from .terms import (
     SCALAR,
     Add,
     Div,
+    Fact,
     Full,
     Matmul,
     Mul,
@@ -50,12 +51,12 @@ _FLAGS = {"transpose_x": TX, "transpose_y": TY, "dtype": "d"}
 _SCALAR = Full(shape=SCALAR, value="c", dtype="d")
 
 
-def _same_rank(*names: str) -> tuple[str, ...]:
+def _same_rank(*names: str) -> tuple[Fact, ...]:
     first, *rest = names
     return tuple(equal(rank(first), rank(n)) for n in rest)
 
 
-def _contracts_over_several(b: str) -> tuple[str, ...]:
+def _contracts_over_several(b: str) -> tuple[Fact, ...]:
     """Guards: the middle operand ``b`` of a chain has both dims it is contracted over > 1. A product
     over one element is an outer product, which XLA computes as an elementwise multiply fused into its
     readers and recomputed in each, with other roundings (FMA contraction): reassociated to the end
@@ -112,12 +113,12 @@ def _transpose_flags(r: int) -> tuple[Variant, ...]:
     )
 
 
-def _plain(*names: str) -> tuple[str, ...]:
+def _plain(*names: str) -> tuple[Fact, ...]:
     """Guards: matmuls of ``d`` = the operands' dtype, a dtype that reassociates safely."""
     return (equal("d", dtype_of(names[0])), reassociable("d"))
 
 
-def _scalable(x: str, *constants: Operand) -> tuple[str, ...]:
+def _scalable(x: str, *constants: Operand) -> tuple[Fact, ...]:
     """Guards: ``x`` is float32/float64 and every constant is of moderate magnitude."""
     return (wide_float(dtype_of(x)), *(f for c in constants for f in moderate(c)))
 

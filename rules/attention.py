@@ -10,7 +10,7 @@ soft-cap ``t · tanh(s / t)`` and an added bias, each step one rule here) and th
 fill)``, in its own dtype or cast, its masked probabilities zeroed or not). Attention is their product
 with v. Around them, layout rules move transposes into matmul flags and through elementwise ops,
 scales hoist (``rules/algebra.py``), softmax's expansions fold back into ``softmax``, constants fold
-(``rules/fold.py``), and the layout pass (``eqsat.layout``) drops unit dims. A mask built from iota
+(``rules/fold.py``), and the unit-dim pass (``eqsat.unit_dims``) drops unit dims. A mask built from iota
 comparisons (row >= column) becomes the ``causal`` flag; an expanded or reshaped mask or bias is not
 needed (attention broadcasts them).
 """
@@ -34,6 +34,7 @@ from .terms import (
     Cast,
     Div,
     Expand,
+    Fact,
     FlashAttention,
     Full,
     Ge,
@@ -155,8 +156,8 @@ def _causal(r: int, compare: str, reshaped: bool) -> Variant:
     )
 
 
-def _broadcasts() -> list[tuple[tuple[str, str], tuple[str, ...]]]:
-    out: list[tuple[tuple[str, str], tuple[str, ...]]] = [
+def _broadcasts() -> list[tuple[tuple[str, str], tuple[Fact, ...]]]:
+    out: list[tuple[tuple[str, str], tuple[Fact, ...]]] = [
         ((Expand("b", shape="se"), "m"), ()),
         (("b", Expand("m", shape="se")), ()),
     ]

@@ -21,6 +21,7 @@ from .algebra import RULES as ALGEBRA
 from .base import UNARY_ATTRS, Example, Rule, Variant, both_ways, example_dtype, rand_shape, unary_pattern
 from .terms import (
     Add,
+    Fact,
     Matmul,
     Split,
     constructor,
@@ -94,7 +95,7 @@ def _matmul(x: str, y: str) -> str:
     return Matmul(x, y, dtype="d")
 
 
-def _rank2(x: str) -> str:
+def _rank2(x: str) -> Fact:
     return equal(rank(x), 2)
 
 
@@ -135,7 +136,7 @@ def _split_at_seam(index: int, part: str) -> Variant:
 
 
 def _elementwise(
-    name: str, reason: str, lhs: Side, rhs: Side, *when: str, exact: bool, assumes: str = ""
+    name: str, reason: str, lhs: Side, rhs: Side, *when: Fact, exact: bool, assumes: str = ""
 ) -> Rule:
     """An axiom of elementwise ops over tensors of one shape, written as two functions."""
     same = [TensorType((2, 3), F32)] * 3

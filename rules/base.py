@@ -20,7 +20,17 @@ from eqsat.ops import OPS
 from eqsat.shapes import MAX_RANK
 from eqsat.stacking import Alternative
 
-from .terms import Operand, at_least, at_most, constructor, magnitude, rewrite_command, rule_command
+from .terms import (
+    Fact,
+    Operand,
+    Tensor,
+    at_least,
+    at_most,
+    constructor,
+    magnitude,
+    rewrite_command,
+    rule_command,
+)
 
 _HEAD = re.compile(r"\((\w+)")  # the head of each application in a term
 _CTORS = frozenset(op.ctor for op in OPS.values())
@@ -35,9 +45,9 @@ Example = Callable[..., Mapping[Any, Any]]  # keys: str | Var
 class Variant:
     """``lhs -> rhs`` if every fact in ``when`` holds."""
 
-    lhs: str
-    rhs: str
-    when: tuple[str, ...] = ()
+    lhs: Tensor
+    rhs: Tensor
+    when: tuple[Fact, ...] = ()
 
     @property
     def roots(self) -> tuple[str, ...]:
@@ -57,8 +67,8 @@ class MultiVariant:
     """A rule over several matched terms (``facts`` -> ``actions``, e.g. unions), such as merging two
     matmuls that share an input; ``roots`` are the terms its check instantiates."""
 
-    facts: tuple[str, ...]
-    actions: tuple[str, ...]
+    facts: tuple[Fact, ...]
+    actions: tuple[Fact, ...]
     roots: tuple[str, ...]
 
     @property
@@ -136,13 +146,13 @@ class Rule:
         ]
 
 
-def both_ways(lhs: str, rhs: str, *when: str) -> tuple[Variant, Variant]:
+def both_ways(lhs: Tensor, rhs: Tensor, *when: Fact) -> tuple[Variant, Variant]:
     """``lhs -> rhs`` and ``rhs -> lhs``, under the same guard."""
     return Variant(lhs, rhs, when), Variant(rhs, lhs, when)
 
 
 def rule(
-    name: str, reason: str, lhs: str, rhs: str, *when: str, example: Example, exact: bool = True
+    name: str, reason: str, lhs: Tensor, rhs: Tensor, *when: Fact, example: Example, exact: bool = True
 ) -> Rule:
     """A rule with a single variant."""
     return Rule(name, reason, (Variant(lhs, rhs, when),), example, exact=exact)
@@ -153,7 +163,7 @@ def rule(
 MODERATE = 2.0**20
 
 
-def moderate(c: Operand) -> tuple[str, ...]:
+def moderate(c: Operand) -> tuple[Fact, ...]:
     """Guard facts: the f64 constant ``c`` (a variable or expression) is of moderate magnitude."""
     return at_most(magnitude(c), MODERATE), at_least(magnitude(c), 1 / MODERATE)
 

@@ -28,6 +28,7 @@ from .terms import (
     Conv2d,
     Conv2dBiasAct,
     Expr,
+    Fact,
     Full,
     Matmul,
     Mul,
@@ -37,6 +38,7 @@ from .terms import (
     Rsqrt,
     Split,
     Sub,
+    Tensor,
     TList,
     Var,
     at_most,
@@ -104,7 +106,7 @@ def _fold(layout: str) -> Variant:
     )
 
 
-def _per_channel(rank: int, axis: int, *vectors: str) -> tuple[str, ...]:
+def _per_channel(rank: int, axis: int, *vectors: str) -> tuple[Fact, ...]:
     """Guards: ``y`` is a float32/float64 tensor of ``rank`` with ``o`` channels along ``axis``, each
     vector is of shape (o), ``s`` is the shape a vector is reshaped to to broadcast along ``axis``."""
     return (
@@ -136,7 +138,7 @@ def _root(v: str) -> str:
     return Rsqrt(Add(v, Full(shape=SCALAR, value="eps", dtype="d")))
 
 
-def _written_guards(rank: int, axis: int) -> tuple[str, ...]:
+def _written_guards(rank: int, axis: int) -> tuple[Fact, ...]:
     """Guards of a batch norm written elementwise: per-channel statistics along ``axis``, and eps in
     y's dtype."""
     return (*_per_channel(rank, axis, *_STATS), equal("d", dtype_of("y")))
@@ -374,7 +376,7 @@ def _epilogue(layout: str) -> tuple[Variant, ...]:
     )
     unit = (*shaped, equal(get("sy", 0), 1), equal("s2", remove("sy", 0)))
     viewed = (Reshape(conv, shape="s2"), Reshape(fused, shape="s2"))
-    forms = [
+    forms: list[tuple[Tensor, Tensor, Tensor, tuple[Fact, ...]]] = [
         (conv, fused, Reshape("c", shape="s"), (*shaped, equal("s", _along(4, channel)))),
         (*viewed, Reshape("c", shape="s3"), (*unit, equal("s3", _along(3, channel - 1)))),
     ]
@@ -432,7 +434,7 @@ def _formulation(algorithm: str, layout: str) -> tuple[Variant, ...]:
     w = shape_of("w")
     per_group = get(w, axes.kernel_in)
     kh, kw = (get(w, k) for k in axes.kernel_spatial)
-    dense: tuple[str, ...] = (differ(per_group, 1),)
+    dense: tuple[Fact, ...] = (differ(per_group, 1),)
     if algorithm == "im2col":
         cases = [dense]
     else:
@@ -443,7 +445,7 @@ def _formulation(algorithm: str, layout: str) -> tuple[Variant, ...]:
     )
 
 
-def _computed_by(algorithm: str, window: dict[str, Any], guards: tuple[str, ...]) -> tuple[Variant, ...]:
+def _computed_by(algorithm: str, window: dict[str, Any], guards: tuple[Fact, ...]) -> tuple[Variant, ...]:
     """A conv over ``window`` and the same with its bias and epilogue, by XLA's conv and by ``algorithm``."""
     direct = ALGORITHMS[0]
     conv = {a: Conv2d("x", "w", **window, algorithm=a) for a in (direct, algorithm)}

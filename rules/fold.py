@@ -16,6 +16,7 @@ from .terms import (
     Add,
     Cast,
     Expand,
+    Fact,
     Full,
     Ge,
     Gt,
@@ -113,7 +114,7 @@ def _mask_example(rng: Any) -> dict[str, Any]:
 _ZERO = Full(shape=SCALAR, value=0.0, dtype="d")
 
 
-def _compared(compare: Callable[..., str], relation: Callable[..., str], holds: bool) -> Variant:
+def _compared(compare: Callable[..., str], relation: Callable[..., Fact], holds: bool) -> Variant:
     """compare(a, b) of two constants is ``holds`` where ``relation(a, b)`` and neither is NaN."""
     lhs = compare(Full(shape="sa", value="a", dtype="d"), Full(shape="sb", value="b", dtype="d"))
     guards = (not_nan("a"), not_nan("b"), relation("a", "b"), equal("s", shape_of(lhs)))

@@ -21,6 +21,7 @@ from .terms import (
     Add,
     Concat,
     Erfc,
+    Fact,
     Fma,
     Full,
     Gelu,
@@ -134,7 +135,7 @@ def _merge_example(rng: Any) -> dict[str, Any]:
     return {"x": TensorType((2, m, k), F32), **weights, **biases, "act": "relu", "d": F32}
 
 
-def _near(c: str, value: float, tol: float = 1e-6) -> tuple[str, str]:
+def _near(c: str, value: float, tol: float = 1e-6) -> tuple[Fact, Fact]:
     return greater(c, value - tol), less(c, value + tol)
 
 

@@ -37,6 +37,7 @@ from .terms import (
     Add,
     Conv2d,
     Div,
+    Fact,
     Full,
     LayerNorm,
     Linear,
@@ -72,7 +73,7 @@ from .terms import (
 F32 = "float32"
 
 
-def _kept(*terms: str) -> tuple[str, ...]:
+def _kept(*terms: str) -> tuple[Fact, ...]:
     """Guards: y's dtype is float32/float64, c1 and c2 are computed from leaves, and the terms (the
     left side and its inner op) have y's shape: the constants do not broadcast y to a larger one."""
     return (
@@ -83,7 +84,7 @@ def _kept(*terms: str) -> tuple[str, ...]:
     )
 
 
-def _regroup(outer: Any, inner: Any, rhs: str, ranges: tuple[str, ...]) -> Variant:
+def _regroup(outer: Any, inner: Any, rhs: str, ranges: tuple[Fact, ...]) -> Variant:
     """``outer(inner(y, c1), c2)`` -> ``rhs``, guarded by ``_kept`` and the ``ranges`` of what it folds."""
     lhs = outer(inner("y", "c1"), "c2")
     return Variant(lhs, rhs, (*_kept(inner("y", "c1"), lhs), *ranges))
@@ -99,7 +100,7 @@ _FOLDED = (*PARAMETER_VALUE, *RANGES)
 
 
 def _offset_folded(
-    outer: Any, inner: Any, rhs: str, ranges: tuple[str, ...], offset: Magnitude
+    outer: Any, inner: Any, rhs: str, ranges: tuple[Fact, ...], offset: Magnitude
 ) -> tuple[Variant, ...]:
     """``_regroup`` where the ``offset`` it folds cancels little relative to the value the program
     computes first (``inner(y, c1)`` for a factor, the whole sum for offsets; known only where y's range
@@ -167,7 +168,7 @@ _MEAN_GUARD = (float_dtype(dtype_of("x")),)
 _INVERSE = (equal("n", _N), equal(var("n") & (var("n") - 1), 0), equal(var("c") * as_f64("n"), 1.0))
 
 
-def _last_axis(reshaped: bool) -> tuple[str, ...]:
+def _last_axis(reshaped: bool) -> tuple[Fact, ...]:
     """Guards: a is x's last axis, d its dtype, and (``reshaped``) s its shape with that axis 1."""
     guards = (equal("a", last_axis("x")), equal("d", dtype_of("x")))
     return (*guards, equal("s", set_item(shape_of("x"), "a", 1))) if reshaped else guards
@@ -288,7 +289,7 @@ def _scaled_weights(ty: int) -> str:
     return Mul("w", Reshape("g", shape=vec([1, "n"])))
 
 
-def _weights_guards() -> tuple[str, ...]:
+def _weights_guards() -> tuple[Fact, ...]:
     """g a vector of n, w a matrix, both computed from parameters."""
     return (
         equal("sv", shape_of("g")),

@@ -26,6 +26,7 @@ from .terms import (
     Argsort,
     Div,
     Exp,
+    Fact,
     Neg,
     ReduceMax,
     ReduceSum,
@@ -36,6 +37,7 @@ from .terms import (
     Split,
     Sub,
     TakeAlong,
+    Tensor,
     Term,
     TopK,
     dim,
@@ -54,14 +56,14 @@ AXIS, K, KEEP, DTYPE = var("a"), var("k"), var("kd"), var("d")
 
 
 # The ops whose positions the rules see through: positions of the largest (and of the smallest)
-_LARGEST: tuple[Callable[[Term], Term], ...] = (
+_LARGEST: tuple[Callable[[Tensor], Term], ...] = (
     lambda x: TopK(x, axis=AXIS, k=K),
     lambda x: Argmax(x, axis=AXIS, keepdim=KEEP, dtype=DTYPE),
     lambda x: Argmin(x, axis=AXIS, keepdim=KEEP, dtype=DTYPE),
 )
 
 
-def _through(f: Term, *when: str) -> tuple[Variant, ...]:
+def _through(f: Tensor, *when: Fact) -> tuple[Variant, ...]:
     """``positions(f) -> positions(x)`` for every positions op, where f keeps x's order along the axis."""
     return tuple(Variant(pick(f), pick("x"), when) for pick in _LARGEST)
 
@@ -70,7 +72,7 @@ def _through(f: Term, *when: str) -> tuple[Variant, ...]:
 _ONE_PER_ROW = ((equal(rank("y"), 0),), (equal(rank("y"), rank("x")), equal(dim("y", AXIS), 1)))
 
 
-def _shifted(combine: Callable[[Term, Term], Term]) -> tuple[Variant, ...]:
+def _shifted(combine: Callable[[Tensor, Tensor], Term]) -> tuple[Variant, ...]:
     """x plus or minus y, where y is one value along the axis and x is not broadcast."""
     f = combine("x", "y")
     kept = (equal(shape_of(f), shape_of("x")), float_dtype(dtype_of("x")))
@@ -98,7 +100,7 @@ def _example(rng: Any, shift: bool = False, scalar: bool = False, positions: boo
     return out
 
 
-def _softmax_at(positions: Term) -> Variant:
+def _softmax_at(positions: Tensor) -> Variant:
     """Elements of a softmax: the scores there, shifted by the max and divided by the sum."""
     peak = ReduceMax("x", axis=AXIS, keepdim=1)
     total = ReduceSum(Exp(Sub("x", peak)), axis=AXIS, keepdim=1)
@@ -106,7 +108,7 @@ def _softmax_at(positions: Term) -> Variant:
     return Variant(picked, Div(Exp(Sub(TakeAlong("x", positions, axis=AXIS), peak)), total))
 
 
-def _first(x: Term) -> Term:
+def _first(x: Tensor) -> Term:
     """The first k along the axis (a split into k and the rest)."""
     return Split(x, axis=AXIS, sizes="s", index=0)
 

@@ -25,6 +25,7 @@ from .terms import (
     Cast,
     Div,
     Expand,
+    Fact,
     Full,
     Mul,
     Neg,
@@ -33,6 +34,7 @@ from .terms import (
     Rsqrt,
     Sqrt,
     Sub,
+    Tensor,
     Term,
     Transpose,
     at_least,
@@ -65,17 +67,17 @@ LIMIT = 2.0**64
 CANCELLATION = 2.0**10
 
 
-def _rule(term: Term, facts: tuple[Term, ...], actions: tuple[Term, ...]) -> str:
+def _rule(term: Term, facts: tuple[Fact, ...], actions: tuple[Fact, ...]) -> str:
     """Where ``t`` is ``term`` and the facts hold, set its bounds."""
     return rule_command((equal("t", term), *facts), actions, ANALYSIS)
 
 
-def _set(t: Term, lo: Operand, hi: Operand, tiny: Operand | None = None) -> tuple[Term, ...]:
+def _set(t: Tensor, lo: Operand, hi: Operand, tiny: Operand | None = None) -> tuple[Fact, ...]:
     sets = (set_to(range_lo(t), lo), set_to(range_hi(t), hi))
     return sets if tiny is None else (*sets, set_to(range_tiny(t), tiny))
 
 
-def _bounds(x: str) -> tuple[Term, ...]:
+def _bounds(x: str) -> tuple[Fact, ...]:
     """Facts binding ``l<x>``, ``h<x>`` and ``t<x>`` to the bounds of the operand ``x``."""
     return tuple(equal(f"{b}{x}", f(x)) for b, f in (("l", range_lo), ("h", range_hi), ("t", range_tiny)))
 
@@ -126,15 +128,15 @@ class Magnitude:
 
     most: Operand
     least: Operand
-    facts: tuple[Term, ...] = ()
+    facts: tuple[Fact, ...] = ()
 
     @classmethod
-    def of(cls, c: Term) -> Magnitude:
+    def of(cls, c: Tensor) -> Magnitude:
         """The magnitudes of the constant term ``c``, as the range analysis bounds them."""
         return cls(largest(magnitude(range_lo(c)), magnitude(range_hi(c))), range_tiny(c))
 
     @classmethod
-    def rsqrt_of_sum(cls, v: Term, eps: Term) -> Magnitude:
+    def rsqrt_of_sum(cls, v: Tensor, eps: Tensor) -> Magnitude:
         """The magnitudes of ``rsqrt(v + eps)`` (a batch norm's variance and epsilon), v's range known."""
         low, high = range_lo(v) + eps, range_hi(v) + eps
         return cls(1.0 / root(low), 1.0 / root(high), (greater(low, 0.0),))
@@ -149,7 +151,7 @@ class Magnitude:
         return Magnitude(call("+", self.most, other.most), 0.0, (*self.facts, *other.facts))
 
 
-def in_range(m: Magnitude, *, nonzero: bool = True, limit: float = LIMIT) -> tuple[Term, ...]:
+def in_range(m: Magnitude, *, nonzero: bool = True, limit: float = LIMIT) -> tuple[Fact, ...]:
     """Guards: the constant of magnitudes ``m`` is at most ``limit`` and (``nonzero``) its nonzero
     elements at least ``1 / limit`` (a NaN bound fails both: egglog orders NaN above every float)."""
     guards = (*m.facts, less(m.most, limit))
@@ -158,7 +160,7 @@ def in_range(m: Magnitude, *, nonzero: bool = True, limit: float = LIMIT) -> tup
     return guards
 
 
-def cancels_little(offset: Magnitude, result: Term) -> tuple[Term, ...]:
+def cancels_little(offset: Magnitude, result: Tensor) -> tuple[Fact, ...]:
     """Guard: the offset a rule folds is at most ``CANCELLATION`` times the smallest nonzero magnitude of
     ``result``, the value the program computes with it (``y - c1`` for ``(y - c1) * c2``, the sum for
     ``(y - c1) + c2``). The range analysis bounds that magnitude only where ``result``'s range excludes
@@ -166,13 +168,13 @@ def cancels_little(offset: Magnitude, result: Term) -> tuple[Term, ...]:
     return (*offset.facts, at_most(offset.most, call("*", CANCELLATION, range_tiny(result))))
 
 
-def exact_fold(c1: Magnitude, c2: Magnitude) -> tuple[Term, ...]:
+def exact_fold(c1: Magnitude, c2: Magnitude) -> tuple[Fact, ...]:
     """Guard: one of the two constants a rule folds is all zeros, so the fold rounds nothing the program
     does not: ``(y - 0) * c2 = y * c2 - 0``, ``(y - c1) * 0 = y * 0 - c1 * 0``, ``(y - c1) + 0 = y - c1``."""
     return (*c1.facts, *c2.facts, at_most(call("*", c1.most, c2.most), 0.0))
 
 
-def shift_moderate(offset: Magnitude, factor: Magnitude) -> tuple[Term, ...]:
+def shift_moderate(offset: Magnitude, factor: Magnitude) -> tuple[Fact, ...]:
     """Guard: ``offset * factor`` is at most ``CANCELLATION`` in magnitude, an absolute bound (results of
     order one), for ``batch-norm-into-conv``: where the conv's output y is near the mean, the program
     rounds y at about ``|offset|`` already unless the conv is exact (a 1x1 identity kernel), so the

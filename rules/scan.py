@@ -24,6 +24,7 @@ from .terms import (
     Add,
     Cast,
     Exp,
+    Fact,
     Full,
     Ge,
     Gt,
@@ -67,7 +68,7 @@ def _end(combine: str, reverse: int) -> Variant:
     """The scan's end element (split off as a part of size 1) is the reduction, kept as a size-1 axis."""
     index = 0 if reverse else 1
     scan = Scan("x", axis="a", combine=combine, reverse=reverse, exclusive=0)
-    when: tuple[str, ...] = (equal(length("s"), 2), equal(get("s", index), 1))
+    when: tuple[Fact, ...] = (equal(length("s"), 2), equal(get("s", index), 1))
     if combine == "add":
         when = (*when, reassociable(dtype_of("x")))
     return Variant(

@@ -1,25 +1,34 @@
-"""Typed constructors and guards for rule patterns, derived from the op definitions (``eqsat.ops``): the
-one module of ``rules/`` that writes egglog text (a test holds the others to it).
+"""Typed constructors and guards for rule patterns, derived from the op definitions (``eqsat.ops``): with
+``eqsat.egglog_text``, which it builds on, the one layer that writes egglog text (a test holds the others
+to it).
 
 Constructors take operands by position and attributes by keyword, rendered to egglog's s-expressions
 in the order the op declares its attributes — ``Matmul("x", "w", transpose_y=1, dtype="d")`` is
-``(Matmul x w 0 1 d)``. An operand or an attribute given as a string is a pattern variable or a term
-(``"x"``, ``Exp("x")``), except that a string attribute one of the op's literal choices or a dtype name
-is a literal (``layout="NCHW"`` renders ``"NCHW"``); ints, floats and tuples of ints are literals. An
-omitted attribute is its default, so a pattern that omits it matches the default only: pass a variable
-to match any value.
+``(Matmul x w 0 1 d)``, a ``Term``. An operand or an attribute given as a string is a pattern variable or
+a term (``"x"``, ``Exp("x")``), except that a string attribute one of the op's literal choices or a dtype
+name is a literal (``layout="NCHW"`` renders ``"NCHW"``); ints, floats and tuples of ints are literals.
+An omitted attribute is its default, so a pattern that omits it matches the default only: pass a
+variable to match any value.
 
-Guards and attribute arithmetic are ``Expr`` values: the analyses (``shape_of``, ``dtype_of``), a
-shape's parts (``length``, ``dim``, ``get``...), arithmetic with Python's operators (``length(p) - 1``
-is ``(- (vec-length p) 1)``) and the comparisons (``equal``, ``less``, ``at_most``...). ``var(name)``
-is a pattern variable as a Python object (``Var``), for arithmetic on it and to key the rule's example.
+Attribute arithmetic is ``Expr`` values: the analyses (``shape_of``, ``dtype_of``), a shape's parts
+(``length``, ``dim``, ``get``...) and arithmetic with Python's operators (``length(p) - 1`` is
+``(- (vec-length p) 1)``). Guards are ``Fact``s, which mypy tells from ``Term``s: the comparisons
+(``equal``, ``less``, ``at_most``...) and the relations (``float_dtype``...). ``var(name)`` is a pattern
+variable as a Python object (``Var``), for arithmetic on it and to key the rule's example.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from eqsat.egglog_text import literal, tlist
+from eqsat.egglog_text import Fact as Fact
+from eqsat.egglog_text import Term as Term
+from eqsat.egglog_text import app, literal, render, tlist
+from eqsat.egglog_text import rewrite_command as rewrite_command
+from eqsat.egglog_text import rule_command as rule_command
+from eqsat.egglog_text import set_to as set_to
+from eqsat.egglog_text import union as union
+from eqsat.egglog_text import vec as vec
 from eqsat.ops import ACCUMULATE, LIKE_INPUT, OPS, VARIADIC, Attr, OpDef
 from eqsat.ops.base import LIKE_ATTRIBUTE
 from eqsat.ranges import HI, LO, TINY
@@ -72,21 +81,19 @@ class Expr:
         return call("&", self, other)
 
 
-Term = str  # egglog text: a pattern variable or a term built by the constructors below
-Operand = Term | Expr | int | float
+Tensor = Term | str  # a tensor: a term the constructors build, or a pattern variable by name
+Operand = Tensor | Expr | int | float
 Value = Operand | tuple[int, ...] | tuple[float, ...]
 
 
 def _text(v: Value) -> str:
     """``v`` as egglog text: an expression or a variable as it is, a dtype name or a number a literal."""
-    if isinstance(v, Expr):
-        return v.text
-    return literal(v) if (isinstance(v, str) and v in DTYPES) or not isinstance(v, str) else v
+    return literal(v) if isinstance(v, str) and v in DTYPES else render(v)
 
 
 def call(head: str, *args: Value) -> Expr:
     """egglog's primitive ``head`` applied to ``args``."""
-    return Expr(f"({' '.join([head, *map(_text, args)])})")
+    return Expr(app(head, *map(_text, args)))
 
 
 class Var(Expr):
@@ -129,46 +136,40 @@ def constructor(name: str) -> Callable[..., Term]:
     """The pattern constructor of canonical op ``name``."""
     op = OPS[name]
 
-    def make(*operands: Term | Var, **attrs: Value) -> Term:
+    def make(*operands: Tensor | Var, **attrs: Value) -> Term:
         if op.arity != VARIADIC and len(operands) != op.arity:
             raise TypeError(f"{op.ctor} takes {op.arity} operands, got {len(operands)}")
         unknown = set(attrs) - {a.name for a in op.attrs}
         if unknown:
             raise TypeError(f"{op.ctor} has no attribute {sorted(unknown)[0]!r}")
         parts = [*map(str, operands), *(_attribute(op, a, attrs.get(a.name)) for a in op.attrs)]
-        return f"({' '.join([op.ctor, *parts])})"
+        return Term(app(op.ctor, *parts))
 
     make.__name__ = make.__qualname__ = op.ctor
     make.__doc__ = op.doc
     return make
 
 
-def TList(*items: Term) -> Term:
+def TList(*items: Tensor) -> Term:
     """The operand list of a variadic op (``Concat``)."""
-    return tlist(list(items))
+    return tlist(items)
 
 
-def pair(a: Term, b: Term, axis: Term | int) -> Term:
+def pair(a: Tensor, b: Tensor, axis: Operand) -> Term:
     """The concatenation of ``a`` and ``b`` along ``axis``."""
     return constructor("concat")(TList(a, b), axis=axis)
-
-
-def vec(items: Iterable[Operand]) -> Term:
-    """An egglog vector of ints (``IVec``)."""
-    texts = [_text(i) for i in items]
-    return f"(vec-of {' '.join(texts)})" if texts else "(vec-empty)"
 
 
 SCALAR = vec(())  # the shape of a scalar
 
 
 # A shape's parts and egglog's arithmetic on them.
-def shape_of(x: Term) -> Expr:
+def shape_of(x: Tensor) -> Expr:
     """The shape the analysis gives ``x`` (an ``IVec``)."""
     return call("shape", x)
 
 
-def dtype_of(x: Term) -> Expr:
+def dtype_of(x: Tensor) -> Expr:
     """The dtype the analysis gives ``x`` (a ``String``)."""
     return call("dtype", x)
 
@@ -198,17 +199,17 @@ def remove(v: Operand, i: Operand) -> Expr:
     return call("vec-remove", v, i)
 
 
-def rank(x: Term) -> Expr:
+def rank(x: Tensor) -> Expr:
     """The rank of tensor ``x``."""
     return length(shape_of(x))
 
 
-def dim(x: Term, axis: Operand) -> Expr:
+def dim(x: Tensor, axis: Operand) -> Expr:
     """The size of tensor ``x`` along ``axis``."""
     return get(shape_of(x), axis)
 
 
-def last_axis(x: Term) -> Expr:
+def last_axis(x: Tensor) -> Expr:
     """The index of tensor ``x``'s last axis."""
     return rank(x) - 1
 
@@ -245,46 +246,50 @@ def as_f64(n: Operand) -> Expr:
     return call("to-f64", n)
 
 
+def _fact(head: str, *args: Value) -> Fact:
+    return Fact(call(head, *args).text)
+
+
 # Guards: facts over the analyses that a rule's left side must satisfy, e.g. ``equal(dtype_of("x"), "d")``.
-def equal(a: Value, b: Value) -> Term:
+def equal(a: Value, b: Value) -> Fact:
     """``a`` and ``b`` are equal (e-classes, attribute values or computed values); a dtype name is a
     literal."""
-    return call("=", a, b).text
+    return _fact("=", a, b)
 
 
-def differ(a: Value, b: Value) -> Term:
+def differ(a: Value, b: Value) -> Fact:
     """``a`` and ``b`` are different (e-classes or values)."""
-    return call("!=", a, b).text
+    return _fact("!=", a, b)
 
 
-def less(a: Operand, b: Operand) -> Term:
+def less(a: Operand, b: Operand) -> Fact:
     """``a < b``."""
-    return call("<", a, b).text
+    return _fact("<", a, b)
 
 
-def greater(a: Operand, b: Operand) -> Term:
+def greater(a: Operand, b: Operand) -> Fact:
     """``a > b``."""
-    return call(">", a, b).text
+    return _fact(">", a, b)
 
 
-def at_most(a: Operand, b: Operand) -> Term:
+def at_most(a: Operand, b: Operand) -> Fact:
     """``a <= b``."""
-    return call("<=", a, b).text
+    return _fact("<=", a, b)
 
 
-def at_least(a: Operand, b: Operand) -> Term:
+def at_least(a: Operand, b: Operand) -> Fact:
     """``a >= b``."""
-    return call(">=", a, b).text
+    return _fact(">=", a, b)
 
 
-def not_nan(c: Operand) -> Term:
+def not_nan(c: Operand) -> Fact:
     """The f64 ``c`` is a number (egglog orders NaN above every float, IEEE compares it false)."""
     return less(c, float("nan"))
 
 
-def _relation(name: str, doc: str) -> Callable[[Operand], Term]:
-    def holds(x: Operand) -> Term:
-        return call(name, x).text
+def _relation(name: str, doc: str) -> Callable[[Operand], Fact]:
+    def holds(x: Operand) -> Fact:
+        return _fact(name, x)
 
     holds.__name__ = holds.__qualname__ = name.replace("-", "_")
     holds.__doc__ = doc
@@ -308,46 +313,20 @@ parameter_value = _relation(
 )
 
 
-# Actions of a rule over several matched terms, and the range analysis' bounds (``eqsat.ranges``).
-def union(a: Term, b: Term) -> Term:
-    """Action: ``a`` and ``b`` are the same value."""
-    return f"(union {a} {b})"
-
-
-def range_lo(t: Term) -> Expr:
+# The range analysis' bounds (``eqsat.ranges``), which a rule's actions set (``eqsat.egglog_text.set_to``).
+def range_lo(t: Tensor) -> Expr:
     """The least value the range analysis allows ``t``."""
     return call(LO, t)
 
 
-def range_hi(t: Term) -> Expr:
+def range_hi(t: Tensor) -> Expr:
     """The greatest value the range analysis allows ``t``."""
     return call(HI, t)
 
 
-def range_tiny(t: Term) -> Expr:
+def range_tiny(t: Tensor) -> Expr:
     """The least nonzero magnitude the range analysis allows ``t``."""
     return call(TINY, t)
-
-
-def set_to(function: Expr, value: Operand) -> Term:
-    """Action: the analysis ``function`` (``range_lo(t)``...) takes ``value``."""
-    return call("set", function, value).text
-
-
-# Commands: a rule as egglog runs it.
-def rewrite_command(lhs: Term, rhs: Term, when: Iterable[Term], ruleset: str, name: str) -> str:
-    """``lhs -> rhs`` if every fact in ``when`` holds."""
-    facts = " ".join(when)
-    guard = f" :when ({facts})" if facts else ""
-    return f'(rewrite {lhs} {rhs}{guard} :ruleset {ruleset} :name "{name}")'
-
-
-def rule_command(
-    facts: Iterable[Term], actions: Iterable[Term], ruleset: str, name: str | None = None
-) -> str:
-    """A rule: where every fact holds, do the actions."""
-    named = f' :name "{name}"' if name is not None else ""
-    return f"(rule ({' '.join(facts)}) ({' '.join(actions)}) :ruleset {ruleset}{named})"
 
 
 # Each op's constructor by its egglog name (``Matmul``, ``ReduceMax``): derived from ``OPS`` on first use,

@@ -20,15 +20,15 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from eqsat.egglog_text import literal, needs_opaque
+from eqsat.egglog_text import literal
 from eqsat.errors import EqsatError, UnsupportedError
 from eqsat.frontend.builder import Builder
 from eqsat.frontend.jax import from_jax
 from eqsat.ir import Program, TensorType, Value
-from eqsat.ops import OPS, VARIADIC
+from eqsat.ops import OPS, VARIADIC, needs_opaque
 
 from .base import Rule, Variant
-from .terms import Expr, TList, constructor, dtype_of, equal, get, length, shape_of, vec
+from .terms import Expr, Fact, TList, constructor, dtype_of, equal, get, length, shape_of, vec
 
 Dim = tuple[str, int]  # (parameter, axis)
 type Attr = int | float | str | Dim | tuple[Attr, ...]  # an attribute that may depend on the sizes
@@ -98,7 +98,7 @@ def _term(program: Program, names: Sequence[str], where: str) -> _Term:
     exprs = {id(v): name for v, name in zip(program.inputs, names, strict=True)}
     attrs: list[Any] = []
     for op in program.live_ops():
-        if needs_opaque(op):
+        if needs_opaque(op.name, op.attrs, (v.type.rank for v in (*op.inputs, *op.outputs))):
             raise UnsupportedError(f"{where}: op {op.name} cannot appear in a rule (only canonical ops can)")
         spec = OPS[op.name]
         ins = [exprs[id(v)] for v in op.inputs]
@@ -184,7 +184,7 @@ def evaluate(attr: Attr, shapes: dict[str, tuple[int, ...]]) -> Any:
 
 def _guards(
     used: Sequence[str], types: Sequence[TensorType], shapes: dict[str, str], t: Freedom
-) -> list[str]:
+) -> list[Fact]:
     facts = [equal(shapes[n], shape_of(n)) for n in used]
     first_of: dict[str, str] = {}
     for n, ty in zip(used, types, strict=True):
@@ -223,7 +223,7 @@ def _one_more_axis(types: Sequence[TensorType]) -> list[TensorType]:
 
 
 def traced_variant(
-    lhs: Side, rhs: Side, names: Sequence[str], types: Sequence[TensorType], when: Sequence[str], where: str
+    lhs: Side, rhs: Side, names: Sequence[str], types: Sequence[TensorType], when: Sequence[Fact], where: str
 ) -> TracedVariant:
     """Trace ``lhs`` and ``rhs`` at ``types``, and again with other sizes, one more axis and other
     dtypes to find what the rule depends on; the variant they make."""
@@ -325,7 +325,7 @@ def traced_rule(
     spelling, direction and example. Returns the rule and its traced variants (what a check needs to
     instantiate it at other sizes)."""
     spellings = list(lhs) if isinstance(lhs, Sequence) else [lhs]
-    facts = (when,) if isinstance(when, str) else tuple(when)
+    facts = tuple(map(Fact, (when,) if isinstance(when, str) else when))
     traced = []
     for i, example in enumerate(examples):
         types = [as_type(t) for t in example]

@@ -33,6 +33,7 @@ from .terms import (
     Conv2dBiasAct,
     Expand,
     Expr,
+    Fact,
     Full,
     MaskedSoftmax,
     Operand,
@@ -139,7 +140,7 @@ def _relative(p1: str, p2: str, r: int) -> str:
 RELAYOUT_OPS = ("add", "mul")
 
 
-def _keeps_last(p: str) -> str:
+def _keeps_last(p: str) -> Fact:
     """Guard: the permutation ``p`` keeps the last axis last (a relayout of batch-like axes: heads,
     groups; one that moves the contiguous axis, as NCHW <-> NHWC does, is the conv layout rules')."""
     return equal(get(p, length(p) - 1), length(p) - 1)

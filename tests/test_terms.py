@@ -1,10 +1,7 @@
-"""``rules/terms.py``: the typed constructors and guards, the one module of ``rules/`` that writes egglog."""
+"""``rules/terms.py``: the typed constructors and guards of rule patterns (with ``eqsat/egglog_text.py``,
+the one layer that writes egglog text: ``tests/test_egglog_text.py`` holds the others to it)."""
 
 from __future__ import annotations
-
-import ast
-import re
-from pathlib import Path
 
 import pytest
 
@@ -25,52 +22,6 @@ from eqsat.rules.terms import (
     shape_of,
     var,
 )
-
-RULES = Path(__file__).resolve().parent.parent / "rules"
-_HOLE = "\x00"  # an f-string's placeholder
-# An s-expression's head: egglog's primitives, commands and actions, a constructor, or a placeholder.
-_HEADS = ["vec-", "to-f64", "[-+*/%&<>=!]+ ", "(union|set|rule|rewrite|relation|function|min|max|abs|sqrt) "]
-_CTORS = "|".join(sorted({op.ctor for op in OPS.values()} | {"TCons", "TNil", "Input", "Opaque"}))
-_EGGLOG = re.compile(rf"\(({'|'.join(_HEADS)}|({_CTORS})[ )]|{_HOLE} [^)])")
-
-
-def _literal_texts(tree: ast.AST) -> list[tuple[int, str]]:
-    """Every string literal of a module but its docstrings, an f-string's placeholders ``_HOLE``."""
-    inside = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
-    inside |= {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
-        and ast.get_docstring(node) is not None
-    }
-    texts = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.JoinedStr):
-            parts = [v.value if isinstance(v, ast.Constant) else _HOLE for v in node.values]
-            texts.append((node.lineno, "".join(str(p) for p in parts)))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in inside:
-            texts.append((node.lineno, node.value))
-    return texts
-
-
-def egglog_text(source: str) -> list[str]:
-    return [f"line {n}: {t!r}" for n, t in _literal_texts(ast.parse(source)) if _EGGLOG.search(t)]
-
-
-def test_no_egglog_text_in_rules_outside_terms():
-    found = {
-        path.name: hits
-        for path in sorted(RULES.glob("*.py"))
-        if path.name != "terms.py" and (hits := egglog_text(path.read_text()))
-    }
-    assert not found, f"egglog text outside rules/terms.py (write it with terms' helpers): {found}"
-
-
-def test_the_finder_sees_egglog_text_and_not_prose():
-    source = 'a = f"(vec-get {s} 0)"\nb = "(= x y)"\nc = f"({head} a b)"\nd = "(Exp x)"\n'
-    assert len(egglog_text(source)) == 4
-    prose = '"""(x + y) + z = x + (y + z); (a·b)ᵀ = bᵀ·aᵀ; (p @ v) / l"""\nr = "(g * r) * z, (AB)C"\n'
-    assert egglog_text(prose) == []
 
 
 def test_every_op_has_its_constructor_derived_from_its_definition():

@@ -9,8 +9,10 @@ spellings, the lowering registry. Adding an op is one entry in its family's modu
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Set
+from collections.abc import Hashable, Iterable, Mapping, Set
 
+from eqsat.egglog_text import negative_zero
+from eqsat.shapes import MAX_RANK
 from eqsat.types import FLOAT_DTYPES, OPAQUE, accumulation_dtype
 
 from .attention import ATTENTION, SCORES
@@ -49,6 +51,7 @@ __all__ = [
     "accumulation_dtype",
     "folds",
     "get_op",
+    "needs_opaque",
 ]
 
 # In the order the e-graph's schema declares them (kept from before the families: the greedy extractor
@@ -90,3 +93,14 @@ def get_op(name: str) -> OpDef:
         return OPS[name]
     except KeyError:
         raise KeyError(f"unknown op {name!r} (known: {', '.join(OPS)}, {OPAQUE})") from None
+
+
+def needs_opaque(name: str, attrs: Mapping[str, object], ranks: Iterable[int]) -> bool:
+    """Op ``name`` (of ``attrs``, its values of ``ranks``) is encoded as opaque: canonical ops whose
+    rank-dependent rules were not generated, and ops with a -0.0 attribute (egglog's f64 equates -0.0
+    with 0.0, so the sign of zero would be lost)."""
+    if name == OPAQUE:
+        return True
+    if OPS[name].shape.rank_bounded and max(ranks, default=0) > MAX_RANK:
+        return True
+    return name != "full" and any(negative_zero(v) for v in attrs.values())

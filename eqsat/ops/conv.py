@@ -15,8 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from eqsat.egglog_text import app, equal, literal, vec
 from eqsat.errors import ShapeError
-from eqsat.shapes import EggRule, Shape, ShapeRule, vec
+from eqsat.shapes import EggRule, Shape, ShapeRule
 from eqsat.types import TensorType
 
 from . import winograd
@@ -54,11 +55,13 @@ def _egg_window_dims(pattern: dict[str, str], layout: str, kernel: Sequence[str]
     """egglog expressions of the output dims of a 2-D window over ``pattern``'s data ``s0`` in
     ``layout``: ``kernel`` the window's sizes, ``dilation`` an IVec (or "" for none); channels kept."""
     x, p, st = pattern["s0"], pattern["padding"], pattern["strides"]
-    dims = [f"(vec-get {x} {i})" for i in range(4)]
+    dims = [app("vec-get", x, i) for i in range(4)]
     for i, axis in enumerate(CONV_AXES[layout].spatial):
-        lo, hi, stride = f"(vec-get {p} {2 * i})", f"(vec-get {p} {2 * i + 1})", f"(vec-get {st} {i})"
-        span = f"(+ (* (vec-get {dilation} {i}) (- {kernel[i]} 1)) 1)" if dilation else kernel[i]
-        dims[axis] = f"(+ (/ (- (+ (vec-get {x} {axis}) (+ {lo} {hi})) {span}) {stride}) 1)"
+        lo, hi, stride = app("vec-get", p, 2 * i), app("vec-get", p, 2 * i + 1), app("vec-get", st, i)
+        dilated = app("*", app("vec-get", dilation, i), app("-", kernel[i], 1))
+        span = app("+", dilated, 1) if dilation else kernel[i]
+        padded = app("+", app("vec-get", x, axis), app("+", lo, hi))
+        dims[axis] = app("+", app("/", app("-", padded, span), stride), 1)
     return dims
 
 
@@ -93,13 +96,13 @@ class Conv2d(ShapeRule):
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         w = pattern["s1"]
-        rules = []
+        rules: list[EggRule] = []
         for layout in LAYOUTS:
             axes = CONV_AXES[layout]
-            kernel = [f"(vec-get {w} {k})" for k in axes.kernel_spatial]
+            kernel = [app("vec-get", w, k) for k in axes.kernel_spatial]
             dims = _egg_window_dims(pattern, layout, kernel, pattern["dilations"])
-            dims[axes.channel] = f"(vec-get {w} {axes.kernel_out})"
-            rules.append((f'(= {pattern["layout"]} "{layout}")', vec(dims)))
+            dims[axes.channel] = app("vec-get", w, axes.kernel_out)
+            rules.append((equal(pattern["layout"], literal(layout)), vec(dims)))
         return rules
 
 
@@ -119,9 +122,9 @@ class Pool2d(ShapeRule):
         return tuple(out)
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
-        kernel = [f"(vec-get {pattern['window']} {i})" for i in range(2)]
+        kernel = [app("vec-get", pattern["window"], i) for i in range(2)]
         return [
-            (f'(= {pattern["layout"]} "{layout}")', vec(_egg_window_dims(pattern, layout, kernel, "")))
+            (equal(pattern["layout"], literal(layout)), vec(_egg_window_dims(pattern, layout, kernel, "")))
             for layout in LAYOUTS
         ]
 

@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from eqsat.egglog_text import app, equal, rule_command, set_to, vec
 from eqsat.errors import ShapeError
-from eqsat.shapes import MAX_RANK, EggRule, FromAttr, Shape, ShapeRule, broadcasts_to, vec
+from eqsat.shapes import MAX_RANK, EggRule, FromAttr, Shape, ShapeRule, broadcasts_to
 
 from .base import AXIS, VARIADIC, Attr, OpDef, no_flops, one_dtype
 
@@ -33,7 +34,7 @@ class Permute(ShapeRule):
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         s, p = pattern["s0"], pattern[self.attr]
         return [
-            (f"(= (vec-length {p}) {r})", vec([f"(vec-get {s} (vec-get {p} {i}))" for i in range(r)]))
+            (equal(app("vec-length", p), r), vec(app("vec-get", s, app("vec-get", p, i)) for i in range(r)))
             for r in range(MAX_RANK + 1)
         ]
 
@@ -71,20 +72,26 @@ class Concat(ShapeRule):
         return (*first[:axis], sum(s[axis] for s in shapes), *first[axis + 1 :])
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
-        return [(f"(= cs (concat-shape {pattern['xs']} {pattern['axis']}))", "cs")]
+        return [(equal("cs", app("concat-shape", pattern["xs"], pattern["axis"])), "cs")]
 
     def demand(self, pattern: dict[str, str]) -> str:
-        return f"(wants-concat-shape {pattern['xs']} {pattern['axis']})"
+        return app("wants-concat-shape", pattern["xs"], pattern["axis"])
 
     def prelude(self, ruleset: str) -> list[str]:
+        wants, shape = app("wants-concat-shape", "l", "a"), equal("s", app("shape", "x"))
+        first = equal("l", app("TCons", "x", app("TNil")))
+        rest = (equal("l", app("TCons", "x", "r")), equal("sr", app("concat-shape", "r", "a")), shape)
+        summed = app("vec-set", "s", "a", app("+", app("vec-get", "s", "a"), app("vec-get", "sr", "a")))
         return [
-            "(function concat-shape (TList i64) IVec :no-merge)",
-            "(relation wants-concat-shape (TList i64))",
-            f"(rule ((wants-concat-shape (TCons x r) a)) ((wants-concat-shape r a)) :ruleset {ruleset})",
-            f"(rule ((wants-concat-shape l a) (= l (TCons x (TNil))) (= s (shape x))) "
-            f"((set (concat-shape l a) s)) :ruleset {ruleset})",
-            f"(rule ((wants-concat-shape l a) (= l (TCons x r)) (= sr (concat-shape r a)) (= s (shape x))) "
-            f"((set (concat-shape l a) (vec-set s a (+ (vec-get s a) (vec-get sr a))))) :ruleset {ruleset})",
+            app("function", "concat-shape", "(TList i64)", "IVec", ":no-merge"),
+            app("relation", "wants-concat-shape", "(TList i64)"),
+            rule_command(
+                (app("wants-concat-shape", app("TCons", "x", "r"), "a"),),
+                (app("wants-concat-shape", "r", "a"),),
+                ruleset,
+            ),
+            rule_command((wants, first, shape), (set_to(app("concat-shape", "l", "a"), "s"),), ruleset),
+            rule_command((wants, *rest), (set_to(app("concat-shape", "l", "a"), summed),), ruleset),
         ]
 
 
@@ -101,7 +108,7 @@ class SplitPart(ShapeRule):
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         p = pattern
-        return [("", f"(vec-set {p['s0']} {p['axis']} (vec-get {p['sizes']} {p['index']}))")]
+        return [("", app("vec-set", p["s0"], p["axis"], app("vec-get", p["sizes"], p["index"])))]
 
 
 def _split(x: Array, *, axis: int, sizes: tuple[int, ...], index: int) -> Array:

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from eqsat.egglog_text import app, equal, vec
 from eqsat.errors import ShapeError
 from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast
 from eqsat.types import TensorType
@@ -41,19 +42,18 @@ class Matmul(ShapeRule):
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         sx, sy, ty = pattern["s0"], pattern["s1"], pattern["transpose_y"]
         tx = pattern.get("transpose_x")  # absent: never transposed (linear)
-        batch = f"(= b (broadcast-shape {_batch(sx)} {_batch(sy)}))"
+        batch = equal("b", app("broadcast-shape", _batch(sx), _batch(sy)))
         rules = []
         for fx, fy in product((0, 1), (0, 1)):
             if tx is None and fx:
                 continue
-            m = f"(vec-get {sx} (- (vec-length {sx}) {1 if fx else 2}))"
-            n = f"(vec-get {sy} (- (vec-length {sy}) {2 if fy else 1}))"
-            facts = f"{batch} (= {ty} {fy})" + (f" (= {tx} {fx})" if tx else "")
-            rules.append((facts, f"(vec-push (vec-push b {m}) {n})"))
+            m, n = _from_end(sx, 1 if fx else 2), _from_end(sy, 2 if fy else 1)
+            facts = [batch, equal(ty, fy), *([equal(tx, fx)] if tx else [])]
+            rules.append((" ".join(facts), app("vec-push", app("vec-push", "b", m), n)))
         return rules
 
     def demand(self, pattern: dict[str, str]) -> str:
-        return f"(wants-broadcast-shape {_batch(pattern['s0'])} {_batch(pattern['s1'])})"
+        return app("wants-broadcast-shape", _batch(pattern["s0"]), _batch(pattern["s1"]))
 
     def prelude(self, ruleset: str) -> list[str]:
         return Broadcast().prelude(ruleset)
@@ -61,7 +61,12 @@ class Matmul(ShapeRule):
 
 def _batch(shape: str) -> str:
     """The batch dims of a matmul operand's shape (an egglog vector): all but the last two."""
-    return f"(vec-pop (vec-pop {shape}))"
+    return app("vec-pop", app("vec-pop", shape))
+
+
+def _from_end(shape: str, k: int) -> str:
+    """Dim ``k`` from the end (1 the last) of a shape (an egglog vector)."""
+    return app("vec-get", shape, app("-", app("vec-length", shape), k))
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,7 @@ class Diagonal(ShapeRule):
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         s = pattern["s0"]
-        return [("", f"(vec-append {s} (vec-of (vec-get {s} (- (vec-length {s}) 1))))")]
+        return [("", app("vec-append", s, vec([_from_end(s, 1)])))]
 
 
 def _diag(v: Array) -> Array:
@@ -201,9 +206,9 @@ class MainDiagonal(ShapeRule):
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         s = pattern["s0"]
-        last = f"(- (vec-length {s}) 1)"
-        rows, cols = f"(vec-get {s} (- {last} 1))", f"(vec-get {s} {last})"
-        return [("", f"(vec-set (vec-remove {s} {last}) (- {last} 1) (min {rows} {cols}))")]
+        last = app("-", app("vec-length", s), 1)
+        rows, cols = app("vec-get", s, app("-", last, 1)), app("vec-get", s, last)
+        return [("", app("vec-set", app("vec-remove", s, last), app("-", last, 1), app("min", rows, cols)))]
 
 
 def _diagonal_bytes(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from eqsat.egglog_text import app
 from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule
 from eqsat.types import TensorType
@@ -46,7 +47,7 @@ class TopK(ShapeRule):
         return (*x[:axis], k, *x[axis + 1 :])
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
-        return [("", f"(vec-set {pattern['s0']} {pattern['axis']} {pattern['k']})")]
+        return [("", app("vec-set", pattern["s0"], pattern["axis"], pattern["k"]))]
 
 
 @dataclass(frozen=True)

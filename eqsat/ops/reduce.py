@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from eqsat.egglog_text import app, equal
 from eqsat.errors import ShapeError
 from eqsat.shapes import EggRule, Shape, ShapeRule, broadcasts_to
 from eqsat.types import FLOAT_DTYPES, HALF_DTYPES, TensorType
@@ -32,7 +33,7 @@ class Reduce(ShapeRule):
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         s, a, k = pattern["s0"], pattern["axis"], pattern["keepdim"]
-        return [(f"(= {k} 1)", f"(vec-set {s} {a} 1)"), (f"(= {k} 0)", f"(vec-remove {s} {a})")]
+        return [(equal(k, 1), app("vec-set", s, a, 1)), (equal(k, 0), app("vec-remove", s, a))]
 
 
 def reduction_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
