@@ -31,7 +31,16 @@ import jax
 from eqsat.api import OptimizeResult
 from eqsat.ir import Program
 from eqsat.lowering import lower
-from eqsat.speed import Verdict, arguments, compiled_bytes, judged, sampled, too_large, training_steps
+from eqsat.speed import (
+    Verdict,
+    arguments,
+    compiled_bytes,
+    judged,
+    one_call,
+    sampled,
+    too_large,
+    training_steps,
+)
 from eqsat.types import FLOAT_DTYPES
 
 GRADIENT_MODES = ("measure", "optimized", "input")
@@ -151,17 +160,11 @@ def _timed(steps: list[Any], args: list[Any]) -> Verdict | str:
     if why:
         return f"{why}: the optimized program is differentiated untimed"
     thunks = [functools.partial(s, *args) for s in steps]
-    once = [_one_run(thunk) for thunk in thunks]
+    once = [one_call(thunk) for thunk in thunks]
     if max(once) < QUICK_S:
         before, after = sampled(thunks, samples=5)
     elif max(once) > CLOSE * min(once):
         before, after = [once[0]], [once[1]]
     else:
-        before, after = ([t, _one_run(thunk)] for t, thunk in zip(once, thunks, strict=True))
+        before, after = ([t, one_call(thunk)] for t, thunk in zip(once, thunks, strict=True))
     return Verdict.of(before, after)
-
-
-def _one_run(thunk: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(thunk())
-    return time.perf_counter() - start

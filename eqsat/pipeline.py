@@ -26,7 +26,7 @@ from eqsat.deadline import Deadline, TimeLimit
 from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog
 from eqsat.extract import TIE_BREAK, Choice, alternatives, greedy_dag, greedy_tree, ilp, taken_together
 from eqsat.guided import following
-from eqsat.ir import Program
+from eqsat.ir import Program, Value
 from eqsat.options import Options
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.report import Outcome, Report
@@ -46,8 +46,8 @@ class Job:
     for all of it, and (``OptimizeResult.specialized``) the program whose choices extraction follows."""
 
     options: Options
+    deadline: Deadline
     progress: Callable[[Iteration], None] | None = None
-    deadline: Deadline = field(default_factory=lambda: Deadline(math.inf))
     template: Program | None = None
 
     @classmethod
@@ -58,7 +58,7 @@ class Job:
         template: Program | None = None,
     ) -> Job:
         """A job starting now: its deadline ``options.limits.timeout_s`` from now."""
-        return cls(options, progress, Deadline(options.limits.timeout_s), template)
+        return cls(options, Deadline(options.limits.timeout_s), progress, template)
 
 
 class NotFound(Exception):
@@ -75,7 +75,7 @@ class State:
     input: Program
     program: Program
     timings: dict[str, float] = field(default_factory=dict)
-    repeats: tuple[Repeats, Any] | None = None  # the program's repeats, and the combined one's boundaries
+    repeats: tuple[Repeats, list[list[Value]]] | None = None  # the repeats, the combined one's boundaries
     proposals: dict[str, Sequence[Alternative]] = field(default_factory=dict)
     encoding: Encoding | None = None
     load: Callable[..., Any] | None = None  # loads the encoding into a fresh e-graph, the rules installed

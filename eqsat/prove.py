@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from eqsat.egglog_text import app, equal
 from eqsat.egraph import encode
 from eqsat.errors import ShapeError
 from eqsat.ir import Op, Program, Value
@@ -155,9 +156,8 @@ def _side_by_side(a: Program, b: Program) -> tuple[str, list[tuple[str, str]]]:
 
 
 def _equal(egraph: bindings.EGraph, pairs: list[tuple[str, str]]) -> bool:
-    facts = " ".join(f"(= {x} {y})" for x, y in pairs)
     try:
-        egraph.parse_and_run_program(f"(check {facts})")
+        egraph.parse_and_run_program(app("check", *(equal(x, y) for x, y in pairs)))
     except Exception:  # egglog's check failed: not (yet) equal
         return False
     return True

@@ -42,6 +42,16 @@ def broadcasts_to(shape: Shape, target: Shape) -> bool:
     return len(shape) <= len(target) and all(a in (1, b) for a, b in pairs)
 
 
+def egg_batch(shape: str) -> str:
+    """An egglog shape (a vector) without its last two dims: a product's batch dims."""
+    return app("vec-pop", app("vec-pop", shape))
+
+
+def egg_dim_from_end(shape: str, k: int) -> str:
+    """Dim ``k`` from the end (1 the last) of an egglog shape."""
+    return app("vec-get", shape, app("-", app("vec-length", shape), k))
+
+
 def _egg_broadcast(a: str, ra: int, b: str, rb: int) -> list[str]:
     """egglog expressions of the broadcast dims of vectors ``a`` (rank ra) and ``b`` (rank rb)."""
     r = max(ra, rb)

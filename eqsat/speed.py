@@ -158,9 +158,7 @@ def sampled(
     calls = []
     for thunk in thunks:
         jax.block_until_ready(thunk())
-        t = time.perf_counter()
-        jax.block_until_ready(thunk())
-        calls.append(max(1, min(1000, math.ceil(sample_s / max(time.perf_counter() - t, 1e-9)))))
+        calls.append(max(1, min(1000, math.ceil(sample_s / max(one_call(thunk), 1e-9)))))
     times: list[list[float]] = [[] for _ in thunks]
     for _ in range(samples):
         for i, thunk in enumerate(thunks):
@@ -170,6 +168,13 @@ def sampled(
             jax.block_until_ready(out)
             times[i].append((time.perf_counter() - t) / calls[i])
     return times
+
+
+def one_call(thunk: Callable[[], Any]) -> float:
+    """Seconds of one call of ``thunk``, its result ready."""
+    start = time.perf_counter()
+    jax.block_until_ready(thunk())
+    return time.perf_counter() - start
 
 
 def per_call(

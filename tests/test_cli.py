@@ -211,3 +211,15 @@ def test_a_failed_check_exits_1_as_its_help_says(monkeypatch, capsys):
     monkeypatch.setattr(eqsat.verify, "validate", differs)
     assert main(["optimize", str(PIR / "drr_transpose_before.pir"), "-q", "--check", "--no-cache"]) == 1
     assert "verify failed: output 0 (out)" in capsys.readouterr().err
+
+
+def test_the_extractor_option_is_the_apis():
+    """The CLI spells the extractors and the ILP's threshold itself (its help imports nothing heavy):
+    they must be the API's."""
+    from eqsat.cli import build_parser
+    from eqsat.options import EXTRACTORS
+    from eqsat.pipeline import ILP_MAX_NODES
+
+    optimize = next(a for a in build_parser()._actions if a.dest == "command").choices["optimize"]
+    extractor = next(a for a in optimize._actions if a.dest == "extractor")
+    assert tuple(extractor.choices) == EXTRACTORS and f"ILP up to {ILP_MAX_NODES} e-nodes" in extractor.help

@@ -16,12 +16,6 @@ from eqsat.rules.terms import Exp, equal
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("eqsat", "rules", "lowering", "bench", "scripts")
 LAYER = {"eqsat/egglog_text.py", "rules/terms.py"}
-# Modules that still write egglog text, each with why: not yet moved into the layer.
-EXCEPTIONS = {
-    "eqsat/ops/attention.py": "its shape rules (scores, attention) are f-strings of egglog (another's file)",
-    "eqsat/prove.py": "the (check ...) of a proof's equalities (another's file)",
-}
-
 _HOLE = "\x00"  # an f-string's placeholder
 _KEYWORDS = (
     "union|set|rule|rewrite|relation|function|datatype\\*?|sort|ruleset|let|let-scheduler|run-schedule"
@@ -84,16 +78,11 @@ def test_no_egglog_text_outside_the_layer():
     found = {
         path: hits
         for path in _modules()
-        if path not in LAYER | set(EXCEPTIONS) and (hits := egglog_text((ROOT / path).read_text()))
+        if path not in LAYER and (hits := egglog_text((ROOT / path).read_text()))
     }
     assert not found, (
         f"egglog text outside eqsat/egglog_text.py and rules/terms.py (write it with them): {found}"
     )
-
-
-def test_the_exceptions_still_write_egglog_text():
-    """An exception moved into the layer leaves the list."""
-    assert all(egglog_text((ROOT / path).read_text()) for path in EXCEPTIONS)
 
 
 def test_the_finder_sees_egglog_text_and_not_prose():

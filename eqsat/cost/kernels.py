@@ -17,7 +17,6 @@ import hashlib
 import json
 import math
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -30,7 +29,7 @@ from eqsat.config import write_atomically
 from eqsat.deadline import clock
 from eqsat.devices import device_file
 from eqsat.ir import Program, TensorType
-from eqsat.speed import LARGE_BYTES, per_call
+from eqsat.speed import LARGE_BYTES, one_call, per_call
 
 
 class Call(NamedTuple):
@@ -236,9 +235,7 @@ def run_seconds(
     once = []
     for thunk in thunks:
         jax.block_until_ready(thunk())
-        t0 = time.perf_counter()
-        jax.block_until_ready(thunk())
-        once.append(time.perf_counter() - t0)
+        once.append(one_call(thunk))
     quick = [i for i, t in enumerate(once) if t < enough_s]
     for i, seconds in zip(quick, per_call([thunks[i] for i in quick], repeats), strict=True):
         once[i] = seconds

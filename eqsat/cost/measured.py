@@ -51,9 +51,14 @@ class Measured(CostModel):
     def op_cost(
         self, op: str, attrs: dict[str, Any], inputs: Sequence[TensorType], output: TensorType
     ) -> float:
+        return self.call_cost(Call(op, attrs, tuple(inputs), output))
+
+    def call_cost(self, call: Call) -> float:
+        """The timing of ``call`` (its weights known at compile time where ``call.constant`` says so,
+        as the roofline times them), timed now if new, within the budget."""
+        op, attrs, inputs, output = call.op, call.attrs, call.inputs, call.output
         if op == OPAQUE or not phases(op, attrs, inputs, output):
             return self.roofline.op_cost(op, attrs, inputs, output)  # opaque or free (a view)
-        call = Call(op, attrs, tuple(inputs), output)
         seconds = self.timings.get(call)
         if seconds is None:
             estimate = self.roofline.op_cost(op, attrs, inputs, output)

@@ -29,8 +29,18 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from eqsat.egglog_text import app, equal
 from eqsat.errors import ShapeError
-from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast, broadcasts_to
+from eqsat.shapes import (
+    Broadcast,
+    EggRule,
+    Shape,
+    ShapeRule,
+    broadcast,
+    broadcasts_to,
+    egg_batch,
+    egg_dim_from_end,
+)
 from eqsat.text import AttrValue
 from eqsat.types import FLOAT_DTYPES, TensorType
 
@@ -80,7 +90,8 @@ class Attention(ShapeRule):
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         q, v = pattern["s0"], pattern["s2"]
-        return [("", f"(vec-set {q} (- (vec-length {q}) 1) (vec-get {v} (- (vec-length {v}) 1)))")]
+        last = app("-", app("vec-length", q), 1)
+        return [("", app("vec-set", q, last, egg_dim_from_end(v, 1)))]
 
 
 @dataclass(frozen=True)
@@ -101,13 +112,12 @@ class Scores(ShapeRule):
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         q, k = pattern["s0"], pattern["s1"]
-        rows, keys = (f"(vec-get {s} (- (vec-length {s}) 2))" for s in (q, k))
-        batch = f"(= b (broadcast-shape (vec-pop (vec-pop {q})) (vec-pop (vec-pop {k}))))"
-        return [(batch, f"(vec-push (vec-push b {rows}) {keys})")]
+        rows, keys = (egg_dim_from_end(s, 2) for s in (q, k))
+        batch = equal("b", app("broadcast-shape", egg_batch(q), egg_batch(k)))
+        return [(batch, app("vec-push", app("vec-push", "b", rows), keys))]
 
     def demand(self, pattern: dict[str, str]) -> str:
-        q, k = pattern["s0"], pattern["s1"]
-        return f"(wants-broadcast-shape (vec-pop (vec-pop {q})) (vec-pop (vec-pop {k})))"
+        return app("wants-broadcast-shape", egg_batch(pattern["s0"]), egg_batch(pattern["s1"]))
 
     def prelude(self, ruleset: str) -> list[str]:
         return Broadcast().prelude(ruleset)

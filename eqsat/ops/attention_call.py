@@ -38,8 +38,7 @@ class AttentionCall:
     def of(cls, attrs: Mapping[str, AttrValue]) -> AttentionCall:
         """The call of an op's attributes (flags as ints; a missing one takes its default, an attribute
         that defaults to another's takes that one's value)."""
-        kinds = get_type_hints(cls)
-        values: dict[str, Any] = {k: kinds[k](v) if k in kinds else v for k, v in attrs.items()}
+        values: dict[str, Any] = {k: _TYPES[k](v) if k in _TYPES else v for k, v in attrs.items()}
         for f in fields(cls):
             default = f.metadata.get(_OP_DEFAULT, "")
             if f.name not in values and default.startswith(LIKE_ATTRIBUTE):
@@ -63,5 +62,6 @@ def _attr(f: Field[Any], kind: type) -> Attr:
     return Attr(f.name, _KINDS[kind], default)
 
 
-ATTRS = tuple(_attr(f, get_type_hints(AttentionCall)[f.name]) for f in fields(AttentionCall))
+_TYPES: dict[str, type] = get_type_hints(AttentionCall)  # each field's type (read once: it is slow)
+ATTRS = tuple(_attr(f, _TYPES[f.name]) for f in fields(AttentionCall))
 """The attention ops' attributes: ``AttentionCall``'s fields."""

@@ -14,7 +14,7 @@ from jax import lax
 
 from eqsat.egglog_text import app, equal, vec
 from eqsat.errors import ShapeError
-from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast
+from eqsat.shapes import Broadcast, EggRule, Shape, ShapeRule, broadcast, egg_batch, egg_dim_from_end
 from eqsat.types import TensorType
 
 from .base import ACT, RESULT_DTYPE, Attr, OpDef, spelled
@@ -42,31 +42,21 @@ class Matmul(ShapeRule):
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         sx, sy, ty = pattern["s0"], pattern["s1"], pattern["transpose_y"]
         tx = pattern.get("transpose_x")  # absent: never transposed (linear)
-        batch = equal("b", app("broadcast-shape", _batch(sx), _batch(sy)))
+        batch = equal("b", app("broadcast-shape", egg_batch(sx), egg_batch(sy)))
         rules = []
         for fx, fy in product((0, 1), (0, 1)):
             if tx is None and fx:
                 continue
-            m, n = _from_end(sx, 1 if fx else 2), _from_end(sy, 2 if fy else 1)
+            m, n = egg_dim_from_end(sx, 1 if fx else 2), egg_dim_from_end(sy, 2 if fy else 1)
             facts = [batch, equal(ty, fy), *([equal(tx, fx)] if tx else [])]
             rules.append((" ".join(facts), app("vec-push", app("vec-push", "b", m), n)))
         return rules
 
     def demand(self, pattern: dict[str, str]) -> str:
-        return app("wants-broadcast-shape", _batch(pattern["s0"]), _batch(pattern["s1"]))
+        return app("wants-broadcast-shape", egg_batch(pattern["s0"]), egg_batch(pattern["s1"]))
 
     def prelude(self, ruleset: str) -> list[str]:
         return Broadcast().prelude(ruleset)
-
-
-def _batch(shape: str) -> str:
-    """The batch dims of a matmul operand's shape (an egglog vector): all but the last two."""
-    return app("vec-pop", app("vec-pop", shape))
-
-
-def _from_end(shape: str, k: int) -> str:
-    """Dim ``k`` from the end (1 the last) of a shape (an egglog vector)."""
-    return app("vec-get", shape, app("-", app("vec-length", shape), k))
 
 
 @dataclass(frozen=True)
@@ -180,7 +170,7 @@ class Diagonal(ShapeRule):
 
     def egglog(self, pattern: dict[str, str]) -> list[EggRule]:
         s = pattern["s0"]
-        return [("", app("vec-append", s, vec([_from_end(s, 1)])))]
+        return [("", app("vec-append", s, vec([egg_dim_from_end(s, 1)])))]
 
 
 def _diag(v: Array) -> Array:
