@@ -194,11 +194,12 @@ def load(s: State) -> State:
 
 def saturate(s: State) -> State:
     """The rules run on the loaded e-graph within the limits (``eqsat.saturate``)."""
-    assert s.load is not None
+    load = s.load
+    assert load is not None
     loaded = [s.egraph]
 
     def start() -> Any:  # the e-graph loaded, then (to rebuild it as it was) loaded again
-        return loaded.pop() if loaded else s.load()  # type: ignore[misc]
+        return loaded.pop() if loaded else load()
 
     try:
         egraph, sat = saturated(start, s.limits, s.job.progress, deadline=s.job.deadline)
