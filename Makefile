@@ -51,10 +51,11 @@ bench: $(STAMP)
 	$(PY) -m bench.optimizer_scaling
 	$(PY) -m bench.first_call
 	$(PY) -m bench.dynamic_batch
-	$(PY) -m bench.paddle_inference
+	$(PY) -m bench.paddle_inference --keep-host-memory
 	$(PY) -m bench.cnn
 	$(PY) -m bench.conv
 	$(PY) -m bench.conv_layers
+	$(PY) -m bench.conv_layers --network mobilenet_v2
 	$(PY) -m bench.calibrated
 	$(PY) -m bench.mirage
 	$(PY) -m bench.cost_accuracy

@@ -1,10 +1,17 @@
-"""The 3x3 stride-1 layers of ResNet-18/34 at 224 input (56x56x64 to 7x7x512), batch 1 and 8, NHWC and
-NCHW, float32: every formulation eqsat has of each (XLA's conv, im2col, a product per tap, Winograd's
-F(2x2, 3x3) and F(4x4, 3x3)), each run alone with its kernel constant (as XLA compiles a deployed
-model's), interleaved in one process, median; with the direct conv's rate against this machine's
-matmul peak (what bounds it) and each formulation's largest error against float64.
+"""Conv layers of common CNNs at 224 input, float32, NHWC and NCHW: every formulation eqsat has of each
+(XLA's conv, im2col, a product per tap, and for stride-1 3x3 convs Winograd's F(2x2, 3x3) and
+F(4x4, 3x3)), each run alone with its kernel constant (as XLA compiles a deployed model's),
+interleaved in one process, median; with each formulation's largest error against float64, and what
+bounds the layer on this machine: its arithmetic at the matmul peak, and its memory traffic (input,
+weights and output once each) at the bandwidth of a streaming copy, both measured in the same run.
 
-    python -m bench.conv_layers            # -> bench/conv_layers.json
+    python -m bench.conv_layers                          # ResNet's 3x3 layers -> bench/conv_layers.json
+    python -m bench.conv_layers --network mobilenet_v2   # -> bench/conv_layers_mobilenet_v2.json
+
+ResNet's rows are its stride-1 3x3 layers (56x56x64 to 7x7x512) at batch 1 and 8; MobileNetV2's every
+distinct layer (its 1x1 expansions and projections, its depthwise 3x3s) at batch 8. The process keeps
+the memory its calls free (``eqsat.keep_host_memory``), as a deployment would: otherwise glibc maps
+every block above 32 MiB afresh and each call faults it in again.
 """
 
 from __future__ import annotations
@@ -16,40 +23,85 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import eqsat
 from bench.common import interleaved, matmul_gflops, write
+from eqsat.common_convs import NETWORKS, ConvLayer
 from eqsat.ops import OPS
 from eqsat.ops.conv import ALGORITHMS, WINOGRAD
 
-LAYERS = ((56, 64), (28, 128), (14, 256), (7, 512))
-WINDOW = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilations": (1, 1), "groups": 1}
+SIZE = 224
+BATCHES = {"resnet18": (1, 8), "mobilenet_v2": (8,)}
+STREAM_BYTES = 256 * 2**20
 
 
-def measure(size: int, channels: int, batch: int, layout: str, repeats: int) -> dict[str, Any]:
+def layers(network: str) -> list[ConvLayer]:
+    """The network's distinct layers at 224 (ResNet-18: its stride-1 3x3 ones)."""
+    found = dict.fromkeys(NETWORKS[network](SIZE))
+    if network == "resnet18":
+        return [layer for layer in found if (layer.kernel, layer.stride) == (3, 1)]
+    return list(found)
+
+
+def stream_gbps(repeats: int) -> float:
+    """GB/s of a streaming copy (read and write ``STREAM_BYTES`` each): the rate memory traffic is
+    bounded by."""
+    x = jnp.ones(STREAM_BYTES // 4, jnp.float32)
+    double = jax.jit(lambda x: x * 2.0)
+    return 2 * STREAM_BYTES / interleaved({"copy": lambda: double(x)}, repeats, statistic=min)["copy"] / 1e9
+
+
+def name(layer: ConvLayer) -> str:
+    kind = " depthwise" if layer.groups > 1 else ""
+    return (
+        f"{layer.kernel}x{layer.kernel}{kind} {layer.channels_in}->{layer.channels_out} /{layer.stride} "
+        f"at {layer.size}x{layer.size}"
+    )
+
+
+def measure(
+    layer: ConvLayer, batch: int, layout: str, repeats: int, peak_gflops: float, gbps: float
+) -> dict[str, Any]:
     rng = np.random.default_rng(0)
+    ci, co, k, size, groups = layer.channels_in, layer.channels_out, layer.kernel, layer.size, layer.groups
     nchw = layout == "NCHW"
-    x = rng.normal(size=(batch, channels, size, size) if nchw else (batch, size, size, channels))
-    w = rng.normal(size=(channels, channels, 3, 3) if nchw else (3, 3, channels, channels))
-    w *= np.sqrt(2 / (9 * channels))  # He's initialization: outputs of the inputs' scale
+    x = rng.normal(size=(batch, ci, size, size) if nchw else (batch, size, size, ci))
+    w = rng.normal(size=(co, ci // groups, k, k) if nchw else (k, k, ci // groups, co))
+    w *= np.sqrt(2 / (k * k * ci / groups))  # He's initialization: outputs of the inputs' scale
+    pad = (k - 1) // 2
+    window = {
+        "strides": (layer.stride,) * 2,
+        "padding": (pad,) * 4,
+        "dilations": (1, 1),
+        "groups": groups,
+        "layout": layout,
+    }
     conv = OPS["conv2d"].lower
     with jax.enable_x64(True):
-        exact = np.asarray(conv(x, w, **WINDOW, layout=layout))
+        exact = np.asarray(conv(x, w, **window))
     x32, w32 = jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32)
+    winograd = (k, layer.stride, groups) == (3, 1, 1)
     fns = {
-        a: jax.jit(lambda x, a=a: conv(x, w32, **WINDOW, layout=layout, algorithm=a))
-        for a in (*ALGORITHMS, *WINOGRAD)
+        a: jax.jit(lambda x, a=a: conv(x, w32, **window, algorithm=a))
+        for a in (*ALGORITHMS, *(WINOGRAD if winograd else ()))
     }
     errors = {a: float(np.max(np.abs(np.asarray(f(x32), np.float64) - exact))) for a, f in fns.items()}
     seconds = interleaved({a: lambda f=f: f(x32) for a, f in fns.items()}, repeats)
     best = min(seconds, key=seconds.__getitem__)
-    flops = 2.0 * batch * size * size * channels * channels * 9
+    flops = 2.0 * batch * exact[0].size * (ci // groups) * k * k
+    traffic = 4.0 * (x.size + w.size + exact.size)
+    arithmetic_s, traffic_s = flops / peak_gflops / 1e9, traffic / gbps / 1e9
     return {
-        "layer": f"{size}x{size}x{channels}",
+        "layer": name(layer),
         "batch": batch,
         "layout": layout,
         "seconds": seconds,
         "best": best,
         "best_vs_direct": seconds["direct"] / seconds[best],
         "direct_gflops": flops / seconds["direct"] / 1e9,
+        "arithmetic_bound_s": arithmetic_s,
+        "traffic_bound_s": traffic_s,
+        "bound": "arithmetic" if arithmetic_s >= traffic_s else "memory traffic",
+        "best_of_bound": max(arithmetic_s, traffic_s) / seconds[best],
         "max_abs_error": errors,
         "output_scale": float(np.max(np.abs(exact))),
     }
@@ -59,24 +111,26 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--network", choices=sorted(BATCHES), default="resnet18")
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args(argv)
-    peak = matmul_gflops()
+    eqsat.keep_host_memory()
+    peak, gbps = matmul_gflops(), stream_gbps(args.repeats)
     rows = []
-    for size, channels in LAYERS:
-        for batch in (1, 8):
+    for layer in layers(args.network):
+        for batch in BATCHES[args.network]:
             for layout in ("NHWC", "NCHW"):
-                row = measure(size, channels, batch, layout, args.repeats)
+                row = measure(layer, batch, layout, args.repeats, peak, gbps)
                 rows.append(row)
                 times = " ".join(f"{a} {s * 1e3:.2f}" for a, s in row["seconds"].items())
                 print(
-                    f"{row['layer']:10s} b{batch} {layout}: {times} ms; best {row['best']} "
-                    f"{row['best_vs_direct']:.2f}x direct; direct {row['direct_gflops']:.0f} GFLOP/s",
+                    f"{row['layer']:34s} b{batch} {layout}: {times} ms; best {row['best']}, "
+                    f"{row['best_of_bound']:.2f} of its {row['bound']} bound",
                     flush=True,
                 )
-    print(
-        f"wrote {write('conv_layers', {'matmul_peak_gflops': peak, 'repeats': args.repeats, 'rows': rows})}"
-    )
+    out = "conv_layers" if args.network == "resnet18" else f"conv_layers_{args.network}"
+    results = {"network": args.network, "matmul_peak_gflops": peak, "stream_gbps": gbps}
+    print(f"wrote {write(out, results | {'repeats': args.repeats, 'rows': rows})}")
 
 
 if __name__ == "__main__":

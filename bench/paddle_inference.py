@@ -110,12 +110,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--quick", action="store_true", help="three networks, 5 repeats")
     parser.add_argument("--only", nargs="*", choices=[*NETWORKS, *DEPLOYED], help="these networks only")
+    parser.add_argument(
+        "--keep-host-memory",
+        action="store_true",
+        help="keep the memory XLA's calls free for the next call (eqsat.keep_host_memory), as Paddle does",
+    )
     args = parser.parse_args(argv)
+    host_memory = "kept" if args.keep_host_memory and eqsat.keep_host_memory() else "returned"
     names = args.only or (QUICK if args.quick else (*NETWORKS, *DEPLOYED))
     rows = []
     with tempfile.TemporaryDirectory() as root:
         for name in names:
-            row = measure(name, Path(root), 5 if args.quick else 20)
+            row = measure(name, Path(root), 5 if args.quick else 20) | {"host_memory": host_memory}
             rows.append(row)
             print(
                 f"{name:22s} eqsat {row['eqsat_s'] * 1e3:8.2f} ms | jax x{row['speedup_vs_jax']:.2f} | "

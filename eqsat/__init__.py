@@ -15,6 +15,7 @@ from eqsat.errors import (
 from eqsat.frontend.builder import Builder
 from eqsat.frontend.jax import from_jax
 from eqsat.frontend.pir import load, parse_pir
+from eqsat.host_memory import keep_host_memory
 from eqsat.ir import Op, Program, TensorType, Value, parse_program
 from eqsat.jit import jit
 from eqsat.prove import Equivalence, equivalent
@@ -52,6 +53,7 @@ __all__ = [
     "equivalent",
     "from_jax",
     "jit",
+    "keep_host_memory",
     "load",
     "optimize",
     "parse_pir",

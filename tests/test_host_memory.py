@@ -1,0 +1,65 @@
+"""eqsat.keep_host_memory: an XLA call's large buffers reused from call to call, not faulted in afresh.
+
+Each case runs in a process of its own: the setting is the whole process's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import eqsat
+from eqsat import host_memory
+
+_CALLS = """
+import resource, sys, warnings
+warnings.simplefilter("error")
+import jax, jax.numpy as jnp
+import eqsat
+
+if sys.argv[1] == "late":
+    jax.numpy.ones(3).block_until_ready()
+kept = eqsat.keep_host_memory() if sys.argv[1] != "returned" else False
+f = jax.jit(lambda x: x * 2.0)
+x = jnp.ones(24 * 2**20 // 4, jnp.float32)  # 24 MiB in, 24 MiB out
+f(x).block_until_ready()
+faults = []
+for _ in range(3):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    y = f(jnp.concatenate([x, x, x, x]))  # 96 MiB: past the 64 MiB a thread's arena can hold
+    y.block_until_ready()
+    del y
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(kept, min(faults))
+"""
+
+
+def _run(mode: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _CALLS, mode], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.mark.skipif(host_memory._glibc() is None, reason="glibc's malloc only")
+def test_kept_memory_is_not_faulted_in_again():
+    """96 MiB of buffers a call (the concatenation and the product): returned to the system, each
+    call faults in thousands of pages; kept, the heap holds them and a call faults in next to none."""
+    returned, kept = _run("returned"), _run("kept")
+    assert returned.returncode == 0 and kept.returncode == 0, returned.stderr + kept.stderr
+    assert returned.stdout.split()[0] == "False" and kept.stdout.split()[0] == "True"
+    returned_faults, kept_faults = int(returned.stdout.split()[1]), int(kept.stdout.split()[1])
+    assert returned_faults > 10_000, returned_faults  # 2 x 96 MiB of 4 KiB pages is 49,152
+    assert kept_faults < 1_000, kept_faults
+
+
+@pytest.mark.skipif(host_memory._glibc() is None, reason="glibc's malloc only")
+def test_a_call_after_jax_ran_says_it_comes_late():
+    late = _run("late")
+    assert late.returncode != 0 and "RuntimeWarning" in late.stderr, late.stderr
+    assert "after JAX ran a computation" in late.stderr
+
+
+def test_without_glibc_nothing_changes(monkeypatch):
+    monkeypatch.setattr(host_memory, "_glibc", lambda: None)
+    assert eqsat.keep_host_memory() is False
