@@ -20,6 +20,8 @@ import ctypes
 import ctypes.util
 import warnings
 
+from jax._src import xla_bridge
+
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
@@ -38,9 +40,9 @@ def keep_host_memory() -> bool:
     """Keep the memory this process frees for its next allocations (see the module's docstring).
 
     Returns True where it was applied, False where the C library is not glibc (macOS, musl,
-    Windows), which changes nothing. Call it before JAX runs its first computation: a thread that has
-    allocated already keeps its own arena, whose blocks above 64 MiB are still mapped afresh, and a
-    ``RuntimeWarning`` says so."""
+    Windows), which changes nothing. Call it before JAX starts its backend (its first array or
+    computation): a thread that has allocated already keeps its own arena, whose blocks above 64 MiB
+    are still mapped afresh, and a ``RuntimeWarning`` says so."""
     libc = _glibc()
     if libc is None:
         return False
@@ -48,17 +50,11 @@ def keep_host_memory() -> bool:
     libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     if not all(libc.mallopt(option, value) == 1 for option, value in settings):
         return False
-    if _jax_started():
+    if xla_bridge.backends_are_initialized():
         warnings.warn(
-            "keep_host_memory() was called after JAX ran a computation: JAX's threads keep the arenas"
+            "keep_host_memory() was called after JAX started its backend: JAX's threads keep the arenas"
             " they have, so their blocks above 64 MiB are still returned to the system",
             RuntimeWarning,
             stacklevel=2,
         )
     return True
-
-
-def _jax_started() -> bool:
-    from jax._src import xla_bridge
-
-    return bool(xla_bridge.backends_are_initialized())

@@ -7,7 +7,8 @@ a differentiated ``eqsat.jit`` function times training steps (``training_steps``
 where the other was measured faster by a margin this machine's run-to-run noise does not cross
 (``Verdict``), and the verdict is recorded per device, so later runs make the same choice without
 timing again (``Verdicts``; with ``eqsat.config.reproducible`` nothing new is timed).
-``eqsat.calibrate`` times its kernels with ``per_call``.
+``eqsat.calibrate`` times its kernels with ``per_call``. Samples are interleaved, and a long one is
+followed by a wait while the memory it freed is given back, so no call pays for another's.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ MIN_MARGIN = 0.05
 # results, or the optimized program), and always this much, never more than MACHINE_SHARE of the
 # machine's memory: a program as written that does not fit is not run to learn that it is slower
 FAR, LARGE_BYTES, MACHINE_SHARE = 8, 256 * 2**20, 1 / 8
+# A sample this long may leave memory being released after its result is ready (see ``released``)
+RELEASE_AFTER_S = 10e-3
+RELEASE_QUIET_S = 5e-3  # released: resident memory has not fallen for this long
+_STATM = "/proc/self/statm"
 
 
 @dataclass(frozen=True)
@@ -158,7 +163,10 @@ def sampled(
     calls = []
     for thunk in thunks:
         jax.block_until_ready(thunk())
-        calls.append(max(1, min(1000, math.ceil(sample_s / max(one_call(thunk), 1e-9)))))
+        seconds = one_call(thunk)
+        calls.append(max(1, min(1000, math.ceil(sample_s / max(seconds, 1e-9)))))
+        if seconds >= RELEASE_AFTER_S:
+            released()
     times: list[list[float]] = [[] for _ in thunks]
     for _ in range(samples):
         for i, thunk in enumerate(thunks):
@@ -166,8 +174,34 @@ def sampled(
             for _ in range(calls[i]):
                 out = thunk()
             jax.block_until_ready(out)
-            times[i].append((time.perf_counter() - t) / calls[i])
+            seconds = time.perf_counter() - t
+            times[i].append(seconds / calls[i])
+            if seconds >= RELEASE_AFTER_S:
+                released()
     return times
+
+
+def released() -> None:
+    """Wait, untimed, while this process's resident memory falls. XLA:CPU gives a call's large buffers
+    back on another thread after its result is ready (jax.jit's 4 GiB of attention scores at S = 8192:
+    0.29 s), so the next call timed would pay for them: on two cores, an attention call timed right
+    after that one took 0.84-1.07 s, 0.57-0.60 s a second later. Linux only (elsewhere no wait)."""
+    last = _resident_pages()
+    quiet_since = time.perf_counter()
+    while last is not None and time.perf_counter() - quiet_since < RELEASE_QUIET_S:
+        time.sleep(RELEASE_QUIET_S / 5)
+        now = _resident_pages()
+        if now is not None and now < last:
+            quiet_since = time.perf_counter()
+        last = now
+
+
+def _resident_pages() -> int | None:
+    try:
+        with open(_STATM) as statm:
+            return int(statm.read().split()[1])
+    except OSError:
+        return None
 
 
 def one_call(thunk: Callable[[], Any]) -> float:

@@ -119,3 +119,29 @@ def test_a_program_as_written_far_larger_than_the_optimized_one_is_not_run(monke
     assert result.program is not result.original
     assert "MiB a measurement may take: the cost model's choice is kept" in result.report.note
     assert "timed" not in result.report.note
+
+
+def test_a_long_sample_waits_untimed_while_memory_is_given_back(monkeypatch):
+    """XLA:CPU frees a call's large buffers after its result is ready: the next call must not pay for
+    them. A sample of RELEASE_AFTER_S or more waits until resident memory stops falling, untimed."""
+    from eqsat import speed
+
+    falling = [900, 700, 500, 300]  # then 300 for good
+    reads: list[int] = []
+
+    def resident_pages() -> int:
+        reads.append(falling[min(len(reads), len(falling) - 1)])
+        return reads[-1]
+
+    monkeypatch.setattr(speed, "_resident_pages", resident_pages)
+    speed.released()
+    assert reads[: len(falling)] == falling and len(reads) > len(falling)  # on until it stopped falling
+
+    waits: list[int] = []
+    monkeypatch.setattr(speed, "released", lambda: waits.append(1))
+    monkeypatch.setattr(speed, "RELEASE_AFTER_S", 0.0)
+    speed.sampled([lambda: jnp.ones(3)], samples=3)
+    assert len(waits) == 4  # after the warm-up's timed call and after each sample
+    monkeypatch.setattr(speed, "RELEASE_AFTER_S", 3600.0)
+    speed.sampled([lambda: jnp.ones(3)], samples=3)
+    assert len(waits) == 4  # short samples wait for nothing
