@@ -50,14 +50,6 @@ def stream_gbps(repeats: int) -> float:
     return 2 * STREAM_BYTES / interleaved({"copy": lambda: double(x)}, repeats, statistic=min)["copy"] / 1e9
 
 
-def name(layer: ConvLayer) -> str:
-    kind = " depthwise" if layer.groups > 1 else ""
-    return (
-        f"{layer.kernel}x{layer.kernel}{kind} {layer.channels_in}->{layer.channels_out} /{layer.stride} "
-        f"at {layer.size}x{layer.size}"
-    )
-
-
 def measure(
     layer: ConvLayer, batch: int, layout: str, repeats: int, peak_gflops: float, gbps: float
 ) -> dict[str, Any]:
@@ -67,14 +59,7 @@ def measure(
     x = rng.normal(size=(batch, ci, size, size) if nchw else (batch, size, size, ci))
     w = rng.normal(size=(co, ci // groups, k, k) if nchw else (k, k, ci // groups, co))
     w *= np.sqrt(2 / (k * k * ci / groups))  # He's initialization: outputs of the inputs' scale
-    pad = (k - 1) // 2
-    window = {
-        "strides": (layer.stride,) * 2,
-        "padding": (pad,) * 4,
-        "dilations": (1, 1),
-        "groups": groups,
-        "layout": layout,
-    }
+    window = layer.window(layout)
     conv = OPS["conv2d"].lower
     with jax.enable_x64(True):
         exact = np.asarray(conv(x, w, **window))
@@ -91,7 +76,7 @@ def measure(
     traffic = 4.0 * (x.size + w.size + exact.size)
     arithmetic_s, traffic_s = flops / peak_gflops / 1e9, traffic / gbps / 1e9
     return {
-        "layer": name(layer),
+        "layer": layer.name,
         "batch": batch,
         "layout": layout,
         "seconds": seconds,

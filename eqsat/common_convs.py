@@ -10,7 +10,7 @@ shapes: change the size and every layer follows.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -39,6 +39,26 @@ class ConvLayer(NamedTuple):
     stride: int
     size: int
     groups: int = 1
+
+    @property
+    def name(self) -> str:
+        """Like ``3x3 64->64 /1 at 56x56``, or ``3x3 depthwise 96->96 /2 at 112x112``."""
+        kind = " depthwise" if self.groups > 1 else ""
+        return (
+            f"{self.kernel}x{self.kernel}{kind} {self.channels_in}->{self.channels_out} /{self.stride} "
+            f"at {self.size}x{self.size}"
+        )
+
+    def window(self, layout: str) -> dict[str, Any]:
+        """The conv's attributes, SAME padding, in ``layout``."""
+        pad = (self.kernel - 1) // 2
+        return {
+            "strides": (self.stride,) * 2,
+            "padding": (pad,) * 4,
+            "dilations": (1, 1),
+            "groups": self.groups,
+            "layout": layout,
+        }
 
 
 def _resnet18(size: int) -> Iterator[ConvLayer]:
@@ -105,8 +125,7 @@ def layer_program(layer: ConvLayer, batch: int, layout: str) -> Program:
     x = b.input("x", image)
     w = b.param("w", kernel, data=rng.normal(size=kernel) / np.sqrt(k * k * ci / layer.groups))
     bias = b.param("bias", (co,), data=rng.normal(size=co))
-    pad = (k - 1) // 2
-    window = {"strides": (layer.stride,) * 2, "padding": (pad,) * 4, "groups": layer.groups, "layout": layout}
+    window = layer.window(layout)
     outputs = [b.conv2d(x, w, **window)]
     outputs += [b.conv2d_bias_act(x, w, bias, act=act, **window) for act in ("none", "relu")]
     return b.build(*outputs)
@@ -116,9 +135,4 @@ def common_programs(size: int = 224, batch: int = 1) -> Iterator[tuple[str, Prog
     """Each common layer, named like ``3x3 64->64 /1 at 56x56``, in NCHW: the ``conv-layout`` rule
     offers its NHWC form too, so both layouts' kernels are timed."""
     for layer in common_layers(size):
-        kind = " depthwise" if layer.groups > 1 else ""
-        name = (
-            f"{layer.kernel}x{layer.kernel}{kind} {layer.channels_in}->{layer.channels_out} "
-            f"/{layer.stride} at {layer.size}x{layer.size}"
-        )
-        yield name, layer_program(layer, batch, "NCHW")
+        yield layer.name, layer_program(layer, batch, "NCHW")
