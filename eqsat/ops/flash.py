@@ -13,7 +13,8 @@ probabilities would come back as 1 instead of 1/S).
 
 The backward pass (FlashAttention-2) has its own blocking (under a causal mask, square blocks that skip more
 of the masked triangle). It maps over key blocks, and for each visits the query blocks that see it: it
-recomputes the block's probabilities from the stats (``p = exp(s - m) / l``), accumulates the key block's
+recomputes the block's probabilities from the stats (``p = exp(s - m) / l``, held keys × queries so that no
+product contracts its left operand's rows), accumulates the key block's
 ``dk``/``dv`` (carried through the loop over query blocks), and adds the block's share into ``dq`` (and into
 the bias's gradient when there is a bias). Neither pass materializes the S×S scores, so memory stays O(S·D);
 under a causal mask both skip the blocks after the diagonal."""
@@ -36,11 +37,18 @@ from .attention_call import AttentionCall
 
 Array = jax.Array
 Opt = Array | None
-Grads = tuple[Array, Opt, Array, Array]  # dq, dbias (running, full size), dk, dv (of one key block)
+Grads = tuple[
+    Array, Opt, Array, Array
+]  # dq transposed, dbias (running, full size), dk, dv (of one key block)
 # rows and keys per block of the causal backward pass (on this CPU, 256 beat 128 and 512 at S = 1024-4096)
 BACKWARD_BLOCK = 256
-PV = "...qk,...kd->...qd"  # probabilities times values (and score gradients times keys)
-KV = "...qk,...qd->...kd"  # probabilities or score gradients, transposed, times query rows
+PV = "...qk,...kd->...qd"  # probabilities times values
+# The backward pass holds its blocks keys × queries: each product then contracts its left operand's last
+# axis, as XLA:CPU's dot runs natively (contracting the left operand's rows, it ran at half the float32
+# rate and a quarter of bfloat16's, which it widens to float32 first; measured on 8 × 256 × 256 × 64).
+SCORES_T = "...kd,...qd->...kq"  # scores (and the output's gradient times values), keys × queries
+KV = "...kq,...qd->...kd"  # probabilities or score gradients (keys × queries) times query rows
+DQ_T = "...dk,...kq->...dq"  # the queries' gradient, transposed: keys (transposed) times score gradients
 FLASH_BLOCK_Q = 256  # queries per block of the online softmax
 FLASH_BLOCK_K = 512  # keys per step of the online softmax
 FLASH_EXACT_BLOCK_Q = 512  # queries per block when a block's scores fit FLASH_SCORES_BUDGET
@@ -96,13 +104,24 @@ class Masking:
         return s, keep
 
     def scores_and_slope(
-        self, q: Array, k: Array, row0: Array | int, col0: Array | int, bias: Opt, mask: Opt
+        self,
+        q: Array,
+        k: Array,
+        row0: Array | int,
+        col0: Array | int,
+        bias: Opt,
+        mask: Opt,
+        transposed: bool = False,
     ) -> tuple[Array, Opt, Opt]:
         """``scores``, and the soft-cap's derivative ``1 - tanh²`` at each score (None without a cap):
-        the backward pass's chain rule through the cap."""
+        the backward pass's chain rule through the cap. ``transposed``: all three keys × queries (the
+        bias and mask still arrive queries × keys)."""
         a = self.attention
         dtype = jnp.dtype(a.scores_dtype)
-        s = product("...qd,...kd->...qk", q, k, k.dtype, dtype).astype(a.product_dtype).astype(dtype)
+        spec, x, y = (SCORES_T, k, q) if transposed else ("...qd,...kd->...qk", q, k)
+        s = product(spec, x, y, k.dtype, dtype).astype(a.product_dtype).astype(dtype)
+        if transposed:
+            bias, mask = (None if t is None else jnp.swapaxes(t, -1, -2) for t in (bias, mask))
         if a.scale != 1:
             s = s * jnp.asarray(a.scale, dtype)
         if a.divisor != 1:
@@ -113,8 +132,8 @@ class Masking:
             slope = 1 - jnp.square(t.astype(self.stats_dtype))
         if bias is not None:
             s = s + bias.astype(dtype)
-        rows = row0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 0)
-        cols = col0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], 1)
+        rows = row0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], int(transposed))
+        cols = col0 + lax.broadcasted_iota(jnp.int32, s.shape[-2:], int(not transposed))
         keep = mask
         if a.causal:
             keep = rows >= cols if keep is None else keep & (rows >= cols)
@@ -226,14 +245,23 @@ def _unbroadcast(x: Array, shape: tuple[int, ...]) -> Array:
 
 
 def _key_block(
-    b: Blocks, j: Array | int, q: Array, k: Array, v: Array, row0: Array | int, bias: Opt, mask: Opt
+    b: Blocks,
+    j: Array | int,
+    q: Array,
+    k: Array,
+    v: Array,
+    row0: Array | int,
+    bias: Opt,
+    mask: Opt,
+    transposed: bool = False,
 ) -> tuple[Array, Array, Opt, Opt]:
     """(scores, values, where the scores depend on q kᵀ, the soft-cap's derivative) of key block ``j``
-    for the query rows from ``row0`` (bias and mask already cut to those rows)."""
+    for the query rows from ``row0`` (bias and mask already cut to those rows); ``transposed``: scores,
+    where and derivative keys × queries."""
     k_blk, v_blk = (block(t, j * b.bk, b.bk, -2) for t in (k, v))
     cols = j * b.bk
     s, keep, slope = b.masking.scores_and_slope(
-        q, k_blk, row0, cols, block(bias, cols, b.bk, -1), block(mask, cols, b.bk, -1)
+        q, k_blk, row0, cols, block(bias, cols, b.bk, -1), block(mask, cols, b.bk, -1), transposed
     )
     return s.astype(b.masking.stats_dtype), v_blk, keep, slope
 
@@ -327,29 +355,30 @@ def _fwd(b: Blocks, q: Array, k: Array, v: Array, bias: Opt, mask: Opt) -> tuple
 
 
 def _backward_block(
-    b: Blocks, i: Array, j: Array, res: Residuals, g: Array, delta: Array, grads: Grads
+    b: Blocks, i: Array, j: Array, res: Residuals, g: Array, delta: Array, k_t: Array, grads: Grads
 ) -> Grads:
     """Adds query block ``i`` × key block ``j``'s share to the gradients (``g`` the output's
-    gradient, ``delta`` rowsum(dO ∘ O)): the probabilities are recomputed from the saved stats,
-    ``ds = p (dO vᵀ - delta)``."""
+    gradient, ``delta`` rowsum(dO ∘ O), ``k_t`` key block ``j`` transposed, ``dq`` transposed), keys ×
+    queries: the probabilities are recomputed from the saved stats, ``ds = p (dO vᵀ - delta)``."""
     q, k, v, bias, mask, _, m, total = res
-    dq, dbias, dk, dv = grads
+    dq_t, dbias, dk, dv = grads
     rows, cols = i * b.bq, j * b.bk
-    qt, gt, m_t, total_t, delta_t = (block(t, rows, b.bq, -2) for t in (q, g, m, total, delta))
+    qt, gt = (block(t, rows, b.bq, -2) for t in (q, g))
+    m_row, total_row, delta_row = (jnp.swapaxes(block(t, rows, b.bq, -2), -1, -2) for t in (m, total, delta))
     bt, mt = block(bias, rows, b.bq, -2), block(mask, rows, b.bq, -2)
-    s, v_blk, keep, slope = _key_block(b, j, qt, k, v, rows, bt, mt)
-    p = _exp(s, m_t, b.masking.finite) / total_t
-    ds = p * (product("...qd,...kd->...qk", gt, v_blk, v.dtype) - delta_t)
+    s, v_blk, keep, slope = _key_block(b, j, qt, k, v, rows, bt, mt, transposed=True)
+    p = _exp(s, m_row, b.masking.finite) / total_row
+    ds = p * (product(SCORES_T, v_blk, gt, v.dtype) - delta_row)
     if keep is not None:  # a masked score is the fill, a constant (a fully masked row's NaN stays out)
         ds = jnp.where(keep, ds, 0.0)
     dv = dv + _unbroadcast(product(KV, b.masking.visible(p, keep), gt, v.dtype), dv.shape)
     ds_product = ds if slope is None else ds * slope  # the cap's chain rule: d(c·tanh(x / c)) = 1 - tanh²
     dk = dk + _unbroadcast(product(KV, ds_product, qt, q.dtype), dk.shape)
-    dq = _add_block(dq, product(PV, ds_product, block(k, cols, b.bk, -2), k.dtype), {-2: rows})
+    dq_t = _add_block(dq_t, product(DQ_T, k_t, ds_product, k.dtype), {-1: rows})
     if dbias is not None:  # the bias's block: 1 along the axes it broadcasts
         target = (*dbias.shape[:-2], min(dbias.shape[-2], b.bq), min(dbias.shape[-1], b.bk))
-        dbias = _add_block(dbias, _unbroadcast(ds, target), {-2: rows, -1: cols})
-    return dq, dbias, dk, dv
+        dbias = _add_block(dbias, _unbroadcast(jnp.swapaxes(ds, -1, -2), target), {-2: rows, -1: cols})
+    return dq_t, dbias, dk, dv
 
 
 def _bwd(b: Blocks, res: Residuals, g: Array) -> tuple[Array, Array, Array, Opt, None]:
@@ -357,27 +386,24 @@ def _bwd(b: Blocks, res: Residuals, g: Array) -> tuple[Array, Array, Array, Opt,
     b = b.backward()
     delta = jnp.sum(g * res.out, axis=-1, keepdims=True)
     acc = res.out.dtype
+    scale = b.masking.attention.factor  # s = scale · q kᵀ / divisor
 
     def key_block(carry: tuple[Array, Opt], j: Array) -> tuple[tuple[Array, Opt], tuple[Array, Array]]:
-        dk, dv = (jnp.zeros(block(t, j * b.bk, b.bk, -2).shape, acc) for t in (k, v))
-        dq, dbias, dk, dv = lax.fori_loop(
+        k_blk, v_blk = (block(t, j * b.bk, b.bk, -2) for t in (k, v))
+        k_t = jnp.swapaxes(k_blk, -1, -2)
+        dk, dv = jnp.zeros(k_blk.shape, acc), jnp.zeros(v_blk.shape, acc)
+        dq_t, dbias, dk, dv = lax.fori_loop(
             b.first_query_block(j),
             b.nq,
-            lambda i, grads: _backward_block(b, i, j, res, g, delta, grads),
+            lambda i, grads: _backward_block(b, i, j, res, g, delta, k_t, grads),
             (*carry, dk, dv),
         )
-        return (dq, dbias), (dk, dv)
+        # each key block's gradients leave in their inputs' dtype (half the stacked bytes for half precision)
+        return (dq_t, dbias), ((dk * scale).astype(k.dtype), dv.astype(v.dtype))
 
-    start = (jnp.zeros(q.shape, acc), None if bias is None else jnp.zeros_like(bias))
-    (dq, dbias), (dk, dv) = lax.scan(key_block, start, jnp.arange(b.nk))
-    scale = b.masking.attention.factor  # s = scale · q kᵀ / divisor
-    return (
-        (dq * scale).astype(q.dtype),
-        (_unblock(dk) * scale).astype(k.dtype),
-        _unblock(dv).astype(v.dtype),
-        dbias,
-        None,
-    )
+    start = (jnp.zeros(jnp.swapaxes(q, -1, -2).shape, acc), None if bias is None else jnp.zeros_like(bias))
+    (dq_t, dbias), (dk, dv) = lax.scan(key_block, start, jnp.arange(b.nk))
+    return (jnp.swapaxes(dq_t, -1, -2) * scale).astype(q.dtype), _unblock(dk), _unblock(dv), dbias, None
 
 
 blocked_attention.defvjp(_fwd, _bwd)
