@@ -385,6 +385,7 @@ def _bwd(b: Blocks, res: Residuals, g: Array) -> tuple[Array, Array, Array, Opt,
     q, k, v, bias = res.q, res.k, res.v, res.bias
     b = b.backward()
     delta = jnp.sum(g * res.out, axis=-1, keepdims=True)
+    g = g.astype(v.dtype)  # both its products take it in v's dtype: not held wider meanwhile
     acc = res.out.dtype
     scale = b.masking.attention.factor  # s = scale · q kᵀ / divisor
 
