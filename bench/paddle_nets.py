@@ -30,10 +30,17 @@ _LCNET = (
 )
 
 
-def _conv_bn(c_in: int, c_out: int, k: int, stride: int = 1, groups: int = 1) -> nn.Layer:
-    """A conv without bias, batch norm and hardswish: PP-LCNet's unit."""
+def _conv_bn(
+    c_in: int,
+    c_out: int,
+    k: int,
+    stride: int = 1,
+    groups: int = 1,
+    act: Callable[[], nn.Layer] | None = nn.Hardswish,
+) -> nn.Layer:
+    """A conv without bias, batch norm and an activation (hardswish, PP-LCNet's; ``None``: none)."""
     conv = nn.Conv2D(c_in, c_out, k, stride, (k - 1) // 2, groups=groups, bias_attr=False)
-    return nn.Sequential(conv, nn.BatchNorm2D(c_out), nn.Hardswish())
+    return nn.Sequential(conv, nn.BatchNorm2D(c_out), *([act()] if act else []))
 
 
 class _SqueezeExcite(nn.Layer):
@@ -67,6 +74,41 @@ def pp_lcnet(scale: float = 1.0, classes: int = 1000) -> nn.Layer:
     return nn.Sequential(*layers, head, nn.Linear(1280, classes))
 
 
+class _VdBottleneck(nn.Layer):
+    """ResNet-vd's bottleneck: 1x1, 3x3 (strided), 1x1 to four times the width; a shortcut that
+    changes the shape average-pools 2x2 (when strided) before its 1x1 conv, instead of striding it."""
+
+    def __init__(self, c_in: int, width: int, stride: int) -> None:
+        super().__init__()
+        c_out = 4 * width
+        self.body = nn.Sequential(
+            _conv_bn(c_in, width, 1, act=nn.ReLU),
+            _conv_bn(width, width, 3, stride, act=nn.ReLU),
+            _conv_bn(width, c_out, 1, act=None),
+        )
+        self.shortcut = None
+        if c_in != c_out or stride != 1:
+            pool = [nn.AvgPool2D(2, 2, ceil_mode=True)] if stride != 1 else []
+            self.shortcut = nn.Sequential(*pool, _conv_bn(c_in, c_out, 1, act=None))
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        short = x if self.shortcut is None else self.shortcut(x)
+        return nn.functional.relu(self.body(x) + short)
+
+
+def resnet50_vd(classes: int = 1000) -> nn.Layer:
+    """ResNet50-vd (PaddleClas): a stem of three 3x3 convs, then bottleneck stages of 3, 4, 6 and 3
+    blocks whose shortcuts average-pool before their 1x1 conv."""
+    stem = [_conv_bn(3, 32, 3, 2, act=nn.ReLU), _conv_bn(32, 32, 3, act=nn.ReLU)]
+    layers = [*stem, _conv_bn(32, 64, 3, act=nn.ReLU), nn.MaxPool2D(3, 2, 1)]
+    c_in = 64
+    for stage, (blocks, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512), strict=True)):
+        for i in range(blocks):
+            layers.append(_VdBottleneck(c_in, width, 2 if stage and not i else 1))
+            c_in = 4 * width
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2D(1), nn.Flatten(), nn.Linear(c_in, classes))
+
+
 Shapes = tuple[tuple[int, ...], ...]
 # name -> (the network, the shapes of its inputs without the batch)
 NETWORKS: dict[str, tuple[Callable[[], object], Shapes]] = {
@@ -76,6 +118,7 @@ NETWORKS: dict[str, tuple[Callable[[], object], Shapes]] = {
     "squeezenet1_0": (lambda: models.squeezenet1_0(num_classes=10), ((3, 64, 64),)),
     "shufflenet_v2_x0_25": (lambda: models.shufflenet_v2_x0_25(num_classes=10), ((3, 32, 32),)),
     "pp_lcnet_x0_5": (lambda: pp_lcnet(0.5, classes=10), ((3, 32, 32),)),
+    "resnet50_vd": (lambda: resnet50_vd(classes=10), ((3, 32, 32),)),
     "transformer_encoder": (
         lambda: paddle.nn.TransformerEncoder(paddle.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1), 2),
         ((8, 32),),
@@ -95,6 +138,9 @@ DEPLOYED: dict[str, tuple[Callable[[], object], Shapes]] = {
     "resnet18_224": (lambda: models.resnet18(), ((3, 224, 224),)),
     "mobilenet_v2_224": (lambda: models.mobilenet_v2(), ((3, 224, 224),)),
     "pp_lcnet_224": (lambda: pp_lcnet(1.0), ((3, 224, 224),)),
+    "resnet50_224": (lambda: models.resnet50(), ((3, 224, 224),)),
+    "resnet50_vd_224": (lambda: resnet50_vd(), ((3, 224, 224),)),
+    "mobilenet_v3_large_224": (lambda: models.mobilenet_v3_large(), ((3, 224, 224),)),
 }
 _ALL = {**NETWORKS, **DEPLOYED}
 
