@@ -37,9 +37,8 @@ from .attention_call import AttentionCall
 
 Array = jax.Array
 Opt = Array | None
-Grads = tuple[
-    Array, Opt, Array, Array
-]  # dq transposed, dbias (running, full size), dk, dv (of one key block)
+# dq (transposed) and dbias (running, full size), dk and dv (of one key block)
+Grads = tuple[Array, Opt, Array, Array]
 # rows and keys per block of the causal backward pass (on this CPU, 256 beat 128 and 512 at S = 1024-4096)
 BACKWARD_BLOCK = 256
 PV = "...qk,...kd->...qd"  # probabilities times values
