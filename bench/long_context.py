@@ -19,13 +19,18 @@ to this machine's matmul peak in the case's dtype, measured in the same run.
 temporaries) beside the measured peak, and eqsat.jit's first call from an empty program cache and
 kernel table (a fresh process: optimizing, compiling and running, its seconds and peak RSS growth). A
 side whose buffer assignment needs more than ``FITS`` of this machine's memory is not run (jax.jit's
-S x S scores at S = 32768), and the row says how much it needs.
+S x S scores at S = 32768), and the row says how much it needs. A second fresh process then makes the
+first call again from the program cache the first left (tracing, reading, compiling and running), and
+the rows give jax.jit's peak RSS over each first call's beside the ratio of the compiled programs'.
+
+    python -m bench.long_context --long --first-calls   # the first calls only, other figures kept
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -158,9 +163,7 @@ def measure(case: str, repeats: int = REPEATS, long: bool = False) -> dict[str, 
     eqsat.jit's first call from an empty cache."""
     row: dict[str, Any] = {"case": case, "repeats": repeats}
     if long:
-        cold = _probed(case, "eqsat-cold")
-        row["eqsat_cold_s"] = cold and cold["seconds"]
-        row["eqsat_cold_peak_rss_bytes"] = cold and cold["peak_rss_growth"]
+        row |= first_calls(case)
     gradient, note = differentiated(case) if case.endswith("-train") else ("measure", "")
     fns, args = build(case, gradient)
     sides = ("eqsat", "jax")
@@ -189,6 +192,19 @@ def measure(case: str, repeats: int = REPEATS, long: bool = False) -> dict[str, 
     if memory["eqsat"] and memory["jax"]:
         row["memory_ratio"] = memory["jax"] / memory["eqsat"]
     return row
+
+
+def first_calls(case: str) -> dict[str, Any]:
+    """eqsat.jit's first call of ``case`` in a fresh process, its seconds and peak RSS growth: from an
+    empty cache (``eqsat_cold_``: optimizing included), then from the program cache that call left
+    (``eqsat_cached_``: tracing, reading, compiling and running)."""
+    cold = _probed(case, "eqsat-cold")
+    cached = cold and _probed(case, f"eqsat-cached:{cold['cache_dir']}")
+    return {
+        f"eqsat_{kind}_{field}": probed and probed[key]
+        for kind, probed in (("cold", cold), ("cached", cached))
+        for field, key in (("s", "seconds"), ("peak_rss_bytes", "peak_rss_growth"))
+    }
 
 
 def cases(quick: bool) -> list[str]:
@@ -231,13 +247,13 @@ def _ratios(row: dict[str, Any]) -> tuple[str, str]:
 def long_markdown(rows: list[dict[str, Any]]) -> str:
     """The ``--long`` rows: each side's time, peak RSS and XLA's buffer assignment, and the cold call."""
     lines = [
-        "| case | eqsat.jit first call, empty cache (s, peak RSS) | eqsat.jit (time, peak RSS, XLA) "
-        "| jax.jit (time, peak RSS, XLA) | speedup | memory ratio |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| case | eqsat.jit first call, empty cache (s, peak RSS) | first call, program cached "
+        "| eqsat.jit (time, peak RSS, XLA) | jax.jit (time, peak RSS, XLA) | speedup | memory ratio "
+        "| memory ratio, first calls |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        cold = r.get("eqsat_cold_s")
-        first = "out of memory" if cold is None else f"{cold:.1f} s, {_gib(r['eqsat_cold_peak_rss_bytes'])}"
+        firsts = [_first(r, kind) for kind in ("cold", "cached")]
         sides = []
         for v in ("eqsat", "jax"):
             xla = _gib(r[f"{v}_xla_bytes"])
@@ -245,8 +261,32 @@ def long_markdown(rows: list[dict[str, Any]]) -> str:
             ran = _cell(r[f"{v}_s"], r[f"{v}_peak_rss_bytes"]) if fits else "does not fit, not run"
             sides.append(f"{ran}, XLA {xla}")
         speedup, ratio = _ratios(r)
-        lines.append(f"| {r['case']} | {first} | {sides[0]} | {sides[1]} | {speedup} | {ratio} |")
+        lines.append(
+            f"| {r['case']} | {' | '.join(firsts)} | {sides[0]} | {sides[1]} | {speedup} | {ratio} "
+            f"| {_first_ratios(r)} |"
+        )
     return "\n".join(lines)
+
+
+def _first(row: dict[str, Any], kind: str) -> str:
+    """A first call's cell (``kind``: cold or cached); a dash where the row predates its measure."""
+    if f"eqsat_{kind}_s" not in row:
+        return "—"
+    seconds = row[f"eqsat_{kind}_s"]
+    return (
+        "out of memory"
+        if seconds is None
+        else f"{seconds:.1f} s, {_gib(row[f'eqsat_{kind}_peak_rss_bytes'])}"
+    )
+
+
+def _first_ratios(row: dict[str, Any]) -> str:
+    """jax.jit's peak RSS over each first call's (empty cache / program cached), where both ran."""
+    jax_peak = row.get("jax_peak_rss_bytes")
+    firsts = [row.get(f"eqsat_{kind}_peak_rss_bytes") for kind in ("cold", "cached")]
+    if not jax_peak or not all(firsts):
+        return "—"
+    return " / ".join(f"{jax_peak / first:.1f}x" for first in firsts)
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -276,14 +316,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--cases", nargs="*", help="re-measure these cases only (names as in the JSON), replacing their rows"
     )
+    parser.add_argument(
+        "--first-calls",
+        action="store_true",
+        help="with --long: re-measure eqsat.jit's first calls only, in the rows of the last run's file",
+    )
     opts = parser.parse_args(argv)
     name, table = ("long_context_to_32k", long_markdown) if opts.long else ("long_context", markdown)
+    if opts.first_calls and not opts.long:
+        parser.error("--first-calls re-measures the --long rows: give --long too")
+    path = OUT / f"{name}.json"
+    earlier = {r["case"]: r for r in json.loads(path.read_text())["rows"]} if opts.first_calls else {}
     rows = []
     for case in opts.cases or (long_cases() if opts.long else cases(opts.quick)):
-        rows.append(measure(case, LONG_REPEATS, long=True) if opts.long else measure(case))
+        if opts.first_calls:
+            rows.append(earlier[case] | first_calls(case))
+        else:
+            rows.append(measure(case, LONG_REPEATS, long=True) if opts.long else measure(case))
         print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     if opts.cases:  # re-measured cases replace their rows in the last full run's file
-        rows = merged_rows(OUT / f"{name}.json", rows, "case")
+        rows = merged_rows(path, rows, "case")
     path = write(name, {"heads": HEADS, "head_dim": HEAD_DIM, "rows": rows})
     print(table(rows))
     print(f"wrote {path}", file=sys.stderr)

@@ -7,6 +7,8 @@ then measures the peak RSS growth of its first (and only) execution:
     python -m bench.memory_probe attention-float32-b1-s512-train 0 eqsat:input   # gradient="input"
     python -m bench.memory_probe attention-float32-b1-s8192-forward 0 eqsat-cold  # the first call
                                           # from an empty cache, optimizing included, and its seconds
+    python -m bench.memory_probe attention-float32-b1-s8192-forward 0 eqsat-cached:DIR  # the first
+                                          # call where DIR holds the optimized program
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ def _run(case: str, size: int, variant: str) -> dict[str, Any]:
     if case.startswith(("attention-", "decoder-")):  # bench/long_context.py's cases, size in the name
         from bench.long_context import build
 
-        variant, _, gradient = variant.partition(":")  # eqsat:<gradient mode> for a training step
-        if variant == "eqsat-cold":
-            return _first_call(case)
-        fns, call_args = build(case, gradient or "measure")
+        variant, _, detail = variant.partition(":")  # eqsat:<gradient mode>, eqsat-cached:<cache dir>
+        if variant in ("eqsat-cold", "eqsat-cached"):
+            return _first_call(case, detail or None)
+        fns, call_args = build(case, detail or "measure")
         compiled = fns[variant].lower(*call_args).compile()
         return _peak(compiled, call_args)
     fn, args = _case(case)(size)
@@ -56,23 +58,30 @@ def _run(case: str, size: int, variant: str) -> dict[str, Any]:
     return _peak(compiled, call_args)
 
 
-def _first_call(case: str) -> dict[str, Any]:
-    """eqsat.jit's first call of a long_context case as a user's first run makes it: an empty program
-    cache and kernel table, the call waiting for its optimization where it does not run the function
-    as written meanwhile (the default). Its peak RSS growth and seconds, optimizing included."""
+def _first_call(case: str, cache_dir: str | None) -> dict[str, Any]:
+    """eqsat.jit's first call of a long_context case as a user's first run makes it: the call waiting
+    for its optimization where it does not run the function as written meanwhile (the default). From
+    an empty program cache and kernel table, or from ``cache_dir`` where an earlier process left the
+    optimized program (tracing, reading, compiling and running it). Its peak RSS growth and seconds,
+    and the cache directory it used."""
     import tempfile
     import time
 
     import eqsat
     from bench.long_context import build
 
-    eqsat.config.update("cache_dir", tempfile.mkdtemp(prefix="eqsat-cold-"))
+    cache_dir = cache_dir or tempfile.mkdtemp(prefix="eqsat-cold-")
+    eqsat.config.update("cache_dir", cache_dir)
     fns, call_args = build(case)
     Path("/proc/self/clear_refs").write_text("5")
     before, start = status_kib("VmRSS"), time.perf_counter()
     jax.block_until_ready(fns["eqsat"](*call_args))
     seconds = time.perf_counter() - start
-    return {"peak_rss_growth": (status_kib("VmHWM") - before) * 1024, "seconds": seconds}
+    return {
+        "peak_rss_growth": (status_kib("VmHWM") - before) * 1024,
+        "seconds": seconds,
+        "cache_dir": cache_dir,
+    }
 
 
 def _peak(compiled: Any, call_args: Any) -> dict[str, Any]:

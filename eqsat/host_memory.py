@@ -12,12 +12,20 @@ to 64 MiB a heap, past which glibc maps blocks whatever it is told). The cost is
 process's resident memory stays at its peak instead of falling back after each call. It is a setting
 of the whole process, so eqsat never makes it on its own; a deployment, a benchmark or a server that
 runs the same programs again and again calls it once, before JAX runs anything.
+
+``give_back_freed()`` is the other way round, for work whose memory is transient: it returns what the
+process has freed to the system (``malloc_trim``), unless ``keep_host_memory()`` was applied. The
+optimizer calls it after timing kernels and after an optimization, so that what they held is not
+added to the peak of what runs next: glibc keeps blocks it once mapped afresh in its heap afterwards
+(its threshold for mapping rises to the size of a block freed), and the heap grows from kernel to
+kernel. Timing four 16 MiB transposes raised the resident set by 250 MiB, of which 36 MiB was in use.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import warnings
 
 from jax._src import xla_bridge
@@ -26,14 +34,16 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
 _NEVER_TRIM = 2**31 - 1  # the largest value mallopt takes: trim only past 2 GiB free at the top
+_keeping = False  # keep_host_memory() applied in this process
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     libc = ctypes.CDLL(name)
-    return libc if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt") else None
+    return libc if all(hasattr(libc, f) for f in ("gnu_get_libc_version", "mallopt", "malloc_trim")) else None
 
 
 def keep_host_memory() -> bool:
@@ -50,6 +60,8 @@ def keep_host_memory() -> bool:
     libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     if not all(libc.mallopt(option, value) == 1 for option, value in settings):
         return False
+    global _keeping
+    _keeping = True
     if xla_bridge.backends_are_initialized():
         warnings.warn(
             "keep_host_memory() was called after JAX started its backend: JAX's threads keep the arenas"
@@ -58,3 +70,11 @@ def keep_host_memory() -> bool:
             stacklevel=2,
         )
     return True
+
+
+def give_back_freed() -> bool:
+    """Return the memory this process has freed to the system (see the module's docstring); whether
+    anything was returned. Nothing where ``keep_host_memory()`` was applied, or where the C library
+    is not glibc (whose ``free`` gives large blocks back on its own)."""
+    libc = None if _keeping else _glibc()
+    return libc is not None and libc.malloc_trim(0) == 1

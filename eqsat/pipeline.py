@@ -26,6 +26,7 @@ from eqsat.deadline import Deadline, TimeLimit
 from eqsat.egraph import Encoding, Serialized, decode, encode, extract_with_egglog
 from eqsat.extract import TIE_BREAK, Choice, alternatives, greedy_dag, greedy_tree, ilp, taken_together
 from eqsat.guided import following
+from eqsat.host_memory import give_back_freed
 from eqsat.ir import Program, Value
 from eqsat.options import Options
 from eqsat.repeats import Repeats, find_repeats
@@ -448,7 +449,9 @@ def run(state: State, stages: Sequence[Stage] = STAGES) -> State:
 
 
 def optimized(program: Program, job: Job, stages: Sequence[Stage] = STAGES) -> Outcome:
-    """``program`` run through ``stages`` (all by default, ending with an outcome)."""
+    """``program`` run through ``stages`` (all by default, ending with an outcome). What they held (the
+    e-graph, kernels timed) is given back to the system before the result runs."""
     outcome = run(State.of(program, job), stages).outcome
+    give_back_freed()
     assert outcome is not None, "a pipeline that ends before accept has no outcome"
     return outcome

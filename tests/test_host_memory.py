@@ -1,4 +1,5 @@
-"""eqsat.keep_host_memory: an XLA call's large buffers reused from call to call, not faulted in afresh.
+"""eqsat.keep_host_memory: an XLA call's large buffers reused from call to call, not faulted in afresh;
+and host_memory.give_back_freed: transient memory returned to the system unless it is kept.
 
 Each case runs in a process of its own: the setting is the whole process's."""
 
@@ -35,9 +36,30 @@ print(kept, min(faults))
 """
 
 
-def _run(mode: str) -> subprocess.CompletedProcess[str]:
+_FREED = """
+import sys
+import numpy as np
+from eqsat import host_memory
+
+def rss_mib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+
+kept = host_memory.keep_host_memory() if sys.argv[1] == "kept" else False
+first = np.ones(2**22, np.float32)  # 16 MiB, mapped afresh; freed, it raises glibc's mapping threshold
+del first
+blocks = [np.ones(2**22, np.float32) for _ in range(9)]  # now in the heap
+del blocks[:-1]  # the last stays: the heap's top is not trimmed on its own
+before = rss_mib()
+gave = host_memory.give_back_freed()
+print(kept, gave, before - rss_mib())
+"""
+
+
+def _run(mode: str, script: str = _CALLS) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", _CALLS, mode], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=300, check=False
     )
 
 
@@ -61,6 +83,17 @@ def test_a_call_after_jax_ran_says_it_comes_late():
     assert "after JAX started its backend" in late.stderr
 
 
+@pytest.mark.skipif(host_memory._glibc() is None, reason="glibc's malloc only")
+def test_freed_memory_is_given_back_unless_kept():
+    """Eight freed 16 MiB blocks below a live one: glibc holds them until given back, 128 MiB of the
+    resident set; where keep_host_memory() was applied, nothing is given back."""
+    returned, kept = _run("returned", _FREED), _run("kept", _FREED)
+    assert returned.returncode == 0 and kept.returncode == 0, returned.stderr + kept.stderr
+    assert returned.stdout.split()[:2] == ["False", "True"] and float(returned.stdout.split()[2]) > 100
+    assert kept.stdout.split()[:2] == ["True", "False"] and float(kept.stdout.split()[2]) < 16
+
+
 def test_without_glibc_nothing_changes(monkeypatch):
     monkeypatch.setattr(host_memory, "_glibc", lambda: None)
     assert eqsat.keep_host_memory() is False
+    assert host_memory.give_back_freed() is False

@@ -28,6 +28,7 @@ import numpy as np
 from eqsat.config import write_atomically
 from eqsat.deadline import clock
 from eqsat.devices import device_file
+from eqsat.host_memory import give_back_freed
 from eqsat.ir import Program, TensorType
 from eqsat.speed import LARGE_BYTES, one_call, per_call
 
@@ -135,7 +136,8 @@ class KernelTimes:
         """Time the ``calls`` not yet known, in order, while the next few fit in ``seconds`` (judged by
         the longest few so far); how many were timed. Each few (``workers``, as many as hold
         ``LARGE_BYTES`` together: a larger one alone) are compiled side by side, then timed in
-        interleaved samples (``run_seconds``); a compilation still running when the time
+        interleaved samples (``run_seconds``), and what they held is given back to the system
+        before the next few (``eqsat.host_memory.give_back_freed``); a compilation still running when the time
         is up is left to finish on its own, unused. The table is saved after each few, so an
         interrupted run keeps what it measured."""
         end = clock() + seconds
@@ -152,8 +154,10 @@ class KernelTimes:
                 left = max(end - clock(), 0.0)
                 if len(wait(futures, timeout=left if math.isfinite(left) else None).done) < len(futures):
                     break
-                kernels = [future.result() for future in futures]
-                for call, took in zip(few, run_seconds(kernels, self.repeats, self.enough_s), strict=True):
+                seconds_each = run_seconds([f.result() for f in futures], self.repeats, self.enough_s)
+                del futures  # the few's operands and programs: freed, and given back, before the next
+                give_back_freed()
+                for call, took in zip(few, seconds_each, strict=True):
                     self.put(call, took)
                 timed += len(few)
                 self._save({c.key: self._timed[c.key] for c in few})
