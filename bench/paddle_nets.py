@@ -109,6 +109,65 @@ def resnet50_vd(classes: int = 1000) -> nn.Layer:
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2D(1), nn.Flatten(), nn.Linear(c_in, classes))
 
 
+class _EffectiveSqueezeExcite(nn.Layer):
+    """PP-HGNet's squeeze-excitation: one 1x1 conv (with bias) of the pooled map, a sigmoid gate."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.gate = nn.Conv2D(channels, channels, 1)
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        return x * nn.functional.sigmoid(self.gate(nn.functional.adaptive_avg_pool2d(x, 1)))
+
+
+class _HGBlock(nn.Layer):
+    """PP-HGNet's block: a chain of 3x3 conv-bn-relus whose outputs, with the block's input, are
+    concatenated along channels and aggregated by a 1x1 conv-bn-relu, then gated; ``residual``: plus
+    the input."""
+
+    def __init__(self, c_in: int, mid: int, c_out: int, layers: int, residual: bool) -> None:
+        super().__init__()
+        self.chain = nn.LayerList(
+            [_conv_bn(c_in if i == 0 else mid, mid, 3, act=nn.ReLU) for i in range(layers)]
+        )
+        self.aggregate = _conv_bn(c_in + layers * mid, c_out, 1, act=nn.ReLU)
+        self.gate = _EffectiveSqueezeExcite(c_out)
+        self.residual = residual
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        features = [x]
+        for layer in self.chain:
+            features.append(layer(features[-1]))
+        y = self.gate(self.aggregate(paddle.concat(features, axis=1)))
+        return y + x if self.residual else y
+
+
+# PP-HGNet-tiny's stages (PaddleClas): channels in, mid, out, blocks, whether it downsamples first
+_HGNET_TINY = (
+    (96, 96, 224, 1, False),
+    (224, 128, 448, 1, True),
+    (448, 160, 512, 2, True),
+    (512, 192, 768, 1, True),
+)
+
+
+def pp_hgnet_tiny(classes: int = 1000) -> nn.Layer:
+    """PP-HGNet-tiny (PaddleClas' GPU-oriented CNN): a stem of three 3x3 convs and a max pool, four
+    stages of HG blocks (five 3x3 convs each) the last three opened by a strided depthwise conv-bn,
+    then a pooled 2048-wide 1x1 conv (no bias), relu, and the classifier."""
+    layers = [
+        _conv_bn(3, 48, 3, 2, act=nn.ReLU),
+        _conv_bn(48, 48, 3, act=nn.ReLU),
+        _conv_bn(48, 96, 3, act=nn.ReLU),
+        nn.MaxPool2D(3, 2, 1),
+    ]
+    for c_in, mid, c_out, blocks, downsample in _HGNET_TINY:
+        layers += [_conv_bn(c_in, c_in, 3, 2, groups=c_in, act=None)] if downsample else []
+        layers += [_HGBlock(c_in if i == 0 else c_out, mid, c_out, 5, residual=i > 0) for i in range(blocks)]
+    head = [nn.AdaptiveAvgPool2D(1), nn.Conv2D(768, 2048, 1, bias_attr=False), nn.ReLU(), nn.Flatten()]
+    return nn.Sequential(*layers, *head, nn.Linear(2048, classes))
+
+
 Shapes = tuple[tuple[int, ...], ...]
 # name -> (the network, the shapes of its inputs without the batch)
 NETWORKS: dict[str, tuple[Callable[[], object], Shapes]] = {
@@ -119,6 +178,7 @@ NETWORKS: dict[str, tuple[Callable[[], object], Shapes]] = {
     "shufflenet_v2_x0_25": (lambda: models.shufflenet_v2_x0_25(num_classes=10), ((3, 32, 32),)),
     "pp_lcnet_x0_5": (lambda: pp_lcnet(0.5, classes=10), ((3, 32, 32),)),
     "resnet50_vd": (lambda: resnet50_vd(classes=10), ((3, 32, 32),)),
+    "pp_hgnet_tiny": (lambda: pp_hgnet_tiny(classes=10), ((3, 32, 32),)),
     "transformer_encoder": (
         lambda: paddle.nn.TransformerEncoder(paddle.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1), 2),
         ((8, 32),),
@@ -141,6 +201,7 @@ DEPLOYED: dict[str, tuple[Callable[[], object], Shapes]] = {
     "resnet50_224": (lambda: models.resnet50(), ((3, 224, 224),)),
     "resnet50_vd_224": (lambda: resnet50_vd(), ((3, 224, 224),)),
     "mobilenet_v3_large_224": (lambda: models.mobilenet_v3_large(), ((3, 224, 224),)),
+    "pp_hgnet_tiny_224": (lambda: pp_hgnet_tiny(), ((3, 224, 224),)),
 }
 _ALL = {**NETWORKS, **DEPLOYED}
 
