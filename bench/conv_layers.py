@@ -7,6 +7,8 @@ weights and output once each) at the bandwidth of a streaming copy, both measure
 
     python -m bench.conv_layers                          # ResNet's 3x3 layers -> bench/conv_layers.json
     python -m bench.conv_layers --network mobilenet_v2   # -> bench/conv_layers_mobilenet_v2.json
+    python -m bench.conv_layers --splits                 # XLA's conv over slices of the batch or of
+                                                         # the rows too -> bench/conv_layers_splits.json
 
 ResNet's rows are its stride-1 3x3 layers (56x56x64 to 7x7x512) at batch 1 and 8; MobileNetV2's every
 distinct layer (its 1x1 expansions and projections, its depthwise 3x3s) at batch 8. The process keeps
@@ -17,11 +19,14 @@ every block above 32 MiB afresh and each call faults it in again.
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 import eqsat
 from bench.common import interleaved, matmul_gflops, write
@@ -32,6 +37,7 @@ from eqsat.ops.conv import ALGORITHMS, WINOGRAD
 SIZE = 224
 BATCHES = {"resnet18": (1, 8), "mobilenet_v2": (8,)}
 STREAM_BYTES = 256 * 2**20
+SPLITS = (2, 4)  # slices of the batch or of the output's rows (--splits)
 
 
 def layers(network: str) -> list[ConvLayer]:
@@ -50,8 +56,43 @@ def stream_gbps(repeats: int) -> float:
     return 2 * STREAM_BYTES / interleaved({"copy": lambda: double(x)}, repeats, statistic=min)["copy"] / 1e9
 
 
+def split(conv: Callable[..., Any], window: dict[str, Any], along: str, parts: int) -> Callable[..., Any]:
+    """XLA's conv (``conv``: the op's lowering, ``window`` its attributes) over ``parts`` slices of the
+    batch (``along="batch"``) or of the output's rows (``"rows"``: each band reads the input rows its
+    window needs, padding included), concatenated: the batch-split and spatially tiled formulations,
+    to time against the whole conv. The batch (or the output's rows) must divide into ``parts``."""
+    nchw = window["layout"] == "NCHW"
+    row_axis = 2 if nchw else 1
+    (stride, _), (top, bottom, *_) = window["strides"], window["padding"]
+
+    def run(x: jax.Array, w: jax.Array) -> jax.Array:
+        if along == "batch":
+            return jnp.concatenate([conv(b, w, **window) for b in jnp.split(x, parts)])
+        rows_in = x.shape[row_axis] + top + bottom
+        kernel = w.shape[2 if nchw else 0]
+        step = ((rows_in - kernel) // stride + 1) // parts  # output rows per band
+        pads = [(0, 0)] * x.ndim
+        pads[row_axis] = (top, bottom)
+        padded, unpadded = jnp.pad(x, pads), {**window, "padding": (0, 0, *window["padding"][2:])}
+        bands = [
+            lax.slice_in_dim(
+                padded, i * step * stride, (i * step + step - 1) * stride + kernel, axis=row_axis
+            )
+            for i in range(parts)
+        ]
+        return jnp.concatenate([conv(b, w, **unpadded) for b in bands], axis=row_axis)
+
+    return run
+
+
 def measure(
-    layer: ConvLayer, batch: int, layout: str, repeats: int, peak_gflops: float, gbps: float
+    layer: ConvLayer,
+    batch: int,
+    layout: str,
+    repeats: int,
+    peak_gflops: float,
+    gbps: float,
+    splits: bool = False,
 ) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     ci, co, k, size, groups = layer.channels_in, layer.channels_out, layer.kernel, layer.size, layer.groups
@@ -69,6 +110,14 @@ def measure(
         a: jax.jit(lambda x, a=a: conv(x, w32, **window, algorithm=a))
         for a in (*ALGORITHMS, *(WINOGRAD if winograd else ()))
     }
+    if splits:
+        rows_out = exact.shape[2 if nchw else 1]
+        fns |= {
+            f"direct, {along} in {n}": jax.jit(functools.partial(split(conv, window, along, n), w=w32))
+            for along, size in (("batch", batch), ("rows", rows_out))
+            for n in SPLITS
+            if size % n == 0 and size > n
+        }
     errors = {a: float(np.max(np.abs(np.asarray(f(x32), np.float64) - exact))) for a, f in fns.items()}
     seconds = interleaved({a: lambda f=f: f(x32) for a, f in fns.items()}, repeats)
     best = min(seconds, key=seconds.__getitem__)
@@ -98,6 +147,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--network", choices=sorted(BATCHES), default="resnet18")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument(
+        "--splits",
+        action="store_true",
+        help="also XLA's conv over 2 and 4 slices of the batch and of the output's rows -> *_splits.json",
+    )
     args = parser.parse_args(argv)
     eqsat.keep_host_memory()
     peak, gbps = matmul_gflops(), stream_gbps(args.repeats)
@@ -105,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     for layer in layers(args.network):
         for batch in BATCHES[args.network]:
             for layout in ("NHWC", "NCHW"):
-                row = measure(layer, batch, layout, args.repeats, peak, gbps)
+                row = measure(layer, batch, layout, args.repeats, peak, gbps, args.splits)
                 rows.append(row)
                 times = " ".join(f"{a} {s * 1e3:.2f}" for a, s in row["seconds"].items())
                 print(
@@ -114,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
                     flush=True,
                 )
     out = "conv_layers" if args.network == "resnet18" else f"conv_layers_{args.network}"
+    out += "_splits" if args.splits else ""
     results = {"network": args.network, "matmul_peak_gflops": peak, "stream_gbps": gbps}
     print(f"wrote {write(out, results | {'repeats': args.repeats, 'rows': rows})}")
 
