@@ -18,7 +18,7 @@ process has freed to the system (``malloc_trim``), unless ``keep_host_memory()``
 optimizer calls it after timing kernels and after an optimization, so that what they held is not
 added to the peak of what runs next: glibc keeps blocks it once mapped afresh in its heap afterwards
 (its threshold for mapping rises to the size of a block freed), and the heap grows from kernel to
-kernel. Timing four 16 MiB transposes raised the resident set by 250 MiB, of which 36 MiB was in use.
+kernel. Timing four 16 MiB transposes raised the resident set by 250 MiB; given back, 36 MiB remained.
 """
 
 from __future__ import annotations

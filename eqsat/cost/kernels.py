@@ -136,9 +136,9 @@ class KernelTimes:
         """Time the ``calls`` not yet known, in order, while the next few fit in ``seconds`` (judged by
         the longest few so far); how many were timed. Each few (``workers``, as many as hold
         ``LARGE_BYTES`` together: a larger one alone) are compiled side by side, then timed in
-        interleaved samples (``run_seconds``), and what they held is given back to the system
-        before the next few (``eqsat.host_memory.give_back_freed``); a compilation still running when the time
-        is up is left to finish on its own, unused. The table is saved after each few, so an
+        interleaved samples (``run_seconds``), and what they held is given back to the system before
+        the next few (``eqsat.host_memory.give_back_freed``). A compilation still running when the
+        time is up is left to finish on its own, unused. The table is saved after each few, so an
         interrupted run keeps what it measured."""
         end = clock() + seconds
         todo = list({c.key: c for c in calls if c.key not in self._timed}.values())
