@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from eqsat.ir import Op, Program, Value
 from eqsat.ops import OPS
+from eqsat.types import FLOAT_DTYPES
 
 _AXIS_OPS = frozenset({"reduce_max", "reduce_sum", "softmax"})
 _WINDOW_OPS = frozenset({"conv2d", "conv2d_bias_act", "pool2d"})
@@ -212,11 +213,27 @@ class _Rewriter:
 
     def _squeeze_axis_op(self, op: Op, x: Value) -> Value | None:
         axis = int(op.attrs["axis"])  # type: ignore[arg-type]
+        if op.name != "softmax" and x.type.shape[axis] == 1 and x.type.dtype == op.output.type.dtype:
+            return self._one_element(op, x)
         drop = {i for i, d in enumerate(x.type.shape) if d == 1 and i != axis}
         if not drop:
             return None
         attrs = {**op.attrs, "axis": axis - sum(1 for i in drop if i < axis)}
         return self._apply(op, [x], drop, x.type.rank, attrs)
+
+    def _one_element(self, op: Op, x: Value) -> Value | None:
+        """A sum or max over an axis of one element: that element (a float sum plus 0, as the sum adds
+        to its start, so that -0 is +0 after it), reshaped. The element is then the same value as its
+        other uses: the e-graph shares it, and a gradient of the optimized program sums its cotangents
+        before they pass through the ops that made it (not after each of two copies: through a cast
+        to float32, 3e302 and -3e302 were inf and -inf, their sum NaN)."""
+        if x.type.dtype == "bool":
+            return None
+        element = self.reshape(x, tuple(d for d in op.output.type.shape if d != 1))
+        if op.name == "reduce_max" or x.type.dtype not in FLOAT_DTYPES:
+            return element
+        zero = self.new.add_op("full", [], shape=(), value=0.0, dtype=x.type.dtype)
+        return self.new.add_op("add", [element, zero])
 
 
 def _only_units(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
