@@ -4,10 +4,11 @@ Libraries add and move dims of size 1 freely (a batch of one squeezed by ``jnp.m
 axis of ``jax.nn.dot_product_attention``, ``keepdims`` reductions), so one computation reaches the
 e-graph in many layouts. This pass computes every elementwise op, reduction, softmax and the batch
 dims of every matmul without the dims of size 1 they do not need, with reshapes (free views) around
-them; reshape chains compose and cancel, and a transpose that moves only dims of size 1 is a
-reshape. An ``iota`` (a tensor of its own indices, as masks are built) absorbs the reshapes,
-transposes and broadcasts applied to it: it is made in the shape it is used in. The result computes
-the same values bit for bit, and the rules see one layout.
+them; reshape chains compose and cancel, a transpose that moves only dims of size 1 is a reshape,
+and a sum or max over an axis of one element is that element (so it is one value with its other
+uses). An ``iota`` (a tensor of its own indices, as masks are built) absorbs the reshapes, transposes
+and broadcasts applied to it: it is made in the shape it is used in. The result computes the same
+values bit for bit, and the rules see one layout.
 """
 
 from __future__ import annotations
