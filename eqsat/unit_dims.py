@@ -214,7 +214,7 @@ class _Rewriter:
 
     def _squeeze_axis_op(self, op: Op, x: Value) -> Value | None:
         axis = int(op.attrs["axis"])  # type: ignore[arg-type]
-        if op.name != "softmax" and x.type.shape[axis] == 1 and x.type.dtype == op.output.type.dtype:
+        if op.name != "softmax" and x.type.shape[axis] == 1:
             return self._one_element(op, x)
         drop = {i for i, d in enumerate(x.type.shape) if d == 1 and i != axis}
         if not drop:
