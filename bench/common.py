@@ -28,10 +28,10 @@ def interleaved(
     sample_s: float = 2e-3,
 ) -> dict[str, float]:
     """Seconds per call of each thunk (median over ``repeats`` samples, or ``statistic``), samples
-    interleaved (a, b, a, b, ...) after one warm-up each (``eqsat.speed.per_call``). A sample is one
-    call, or for calls shorter than ``sample_s`` as many calls as take about that long (as ``timeit``
-    autoranges): single calls of tens of microseconds measure the timer and the scheduler more than
-    the call."""
+    interleaved (a, b, b, a, a, b, ...: rounds alternate their order) after one warm-up each
+    (``eqsat.speed.per_call``). A sample is one call, or for calls shorter than ``sample_s`` as many
+    calls as take about that long (as ``timeit`` autoranges): single calls of tens of microseconds
+    measure the timer and the scheduler more than the call."""
     return dict(zip(fns, per_call(list(fns.values()), repeats, statistic, sample_s), strict=True))
 
 

@@ -3,6 +3,9 @@ programs are timed on this device and the faster is kept."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -145,3 +148,17 @@ def test_a_long_sample_waits_untimed_while_memory_is_given_back(monkeypatch):
     monkeypatch.setattr(speed, "RELEASE_AFTER_S", 3600.0)
     speed.sampled([lambda: jnp.ones(3)], samples=3)
     assert len(waits) == 4  # short samples wait for nothing
+
+
+def test_samples_alternate_their_order() -> None:
+    """No thunk always runs right after the same one: rounds go first to last, then last to first."""
+    from eqsat import speed
+
+    ran: list[str] = []
+
+    def thunk(name: str) -> Callable[[], jax.Array]:
+        return lambda: ran.append(name) or jnp.ones(3)
+
+    times = speed.sampled([thunk("a"), thunk("b"), thunk("c")], samples=4, sample_s=0.0)
+    assert ran == list("aabbcc") + list("abccbaabccba")  # two warm-up calls each, then the rounds
+    assert [len(t) for t in times] == [4, 4, 4]
