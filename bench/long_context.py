@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import eqsat
+from bench.child import child_json
 from bench.common import OUT, interleaved, matmul_gflops, max_abs_diff, merged_rows, write
 from bench.library_models import linen_transformer
 from bench.memory import probe
@@ -226,13 +227,7 @@ def _fresh_row(case: str) -> dict[str, Any]:
     """A ``--long`` row measured in a fresh process: a row's timings must not depend on the rows
     before it (in one process, the bfloat16 forward at S = 4096 took 246 ms after the float32 rows up
     to S = 32768, and 103 ms on its own)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.long_context", "--long", "--row", case],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_json(["bench.long_context", "--long", "--row", case], quiet=False)
 
 
 def cases(quick: bool) -> list[str]:

@@ -8,22 +8,15 @@ memory claims are measured here instead. This module imports none of the benchma
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from bench.child import child_json
 
 
 def probe(case: str, size: int, variant: str) -> dict[str, Any]:
     """What ``bench.memory_probe`` measures of ``variant`` running ``case`` once, in a fresh process."""
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.memory_probe", case, str(size), variant],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_json(["bench.memory_probe", case, str(size), variant])
 
 
 def peak_rss_growth(case: str, size: int, variant: str) -> int:

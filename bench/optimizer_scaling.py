@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 import jax
 
+from bench.child import child_json
 from bench.common import write
 from bench.memory import status_kib
 
@@ -90,13 +90,7 @@ def _first_call(variant: str) -> dict[str, Any]:
 
 
 def _fresh(*args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.optimizer_scaling", "--child", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return child_json(["bench.optimizer_scaling", "--child", *args])
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
