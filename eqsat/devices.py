@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 
+from eqsat import xla_flags
 from eqsat.config import config
 from eqsat.version import __version__ as eqsat_version
 
@@ -261,10 +262,12 @@ def get_device(name: str) -> Device:
 def device_file(prefix: str, versioned: bool = False) -> Path:
     """``<prefix>-<backend>-<device kind>.json`` in ``eqsat.config.cache_dir``: what eqsat measured
     on this device; ``versioned``: ``...-eqsat<version>-jax<version>.json``, for timings of programs
-    eqsat lowers, which another eqsat (its formulations) or JAX (its compiler) runs otherwise."""
+    eqsat lowers, which another eqsat (its formulations) or JAX (its compiler) runs otherwise. Under
+    XLA flags, ``-xla<hash>`` follows the device kind (``eqsat.xla_flags.tag``): they change what XLA
+    runs."""
     kind = str(jax.devices()[0].device_kind).replace(" ", "_").replace("/", "_")
     versions = f"-eqsat{eqsat_version}-jax{jax.__version__}" if versioned else ""
-    return config.cache_dir / f"{prefix}-{jax.default_backend()}-{kind}{versions}.json"
+    return config.cache_dir / f"{prefix}-{jax.default_backend()}-{kind}{xla_flags.tag()}{versions}.json"
 
 
 def profile_path() -> Path:

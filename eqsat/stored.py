@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from eqsat import xla_flags
 from eqsat.cache import ProgramCache, bind, optimization_key, uncacheable
 from eqsat.config import config
 from eqsat.egglog_text import REWRITES
@@ -31,7 +32,8 @@ def key(program: Program, options: Options, cache: bool | None) -> tuple[str | N
     rules_text = [f"{r.name} {r.exact}\n" + "\n".join([*r.prelude, *r.egglog(REWRITES)]) for r in rules]
     # where new kernels may not be timed, a choice can rest on estimates a timing run would replace
     timing = "timed" if may_time_kernels(limits) else "untimed"
-    return optimization_key(program, [*rules_text, fingerprint, limits.budget(), extractor, timing]), "stored"
+    parts = [*rules_text, fingerprint, limits.budget(), extractor, timing, " ".join(xla_flags.current())]
+    return optimization_key(program, parts), "stored"
 
 
 def store(key: str, outcome: Outcome, program: Program) -> str:
