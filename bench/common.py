@@ -8,6 +8,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from eqsat import xla_flags
 from eqsat.config import config
 from eqsat.speed import compiled_bytes, per_call
 
@@ -138,7 +141,19 @@ def environment() -> dict[str, str]:
         "python": platform.python_version(),
         "cpu_cores": str(os.cpu_count()),
         "cpu": _cpu_model(),
+        "xla_flags": " ".join(xla_flags.current()),
     }
+
+
+def rerun_under(flags: Sequence[str], module: str, argv: Sequence[str] | None) -> None:
+    """Unless this process runs under the XLA ``flags`` already, run ``python -m module`` with the same
+    arguments (``argv``, or this process's) in a child process under them, and exit with its status:
+    XLA reads its flags once, when JAX starts."""
+    if set(flags) <= set(xla_flags.current()):
+        return
+    args = list(sys.argv[1:] if argv is None else argv)
+    env = xla_flags.with_flags(flags)
+    sys.exit(subprocess.run([sys.executable, "-m", module, *args], env=env).returncode)
 
 
 def _cpu_model() -> str:

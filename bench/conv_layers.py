@@ -9,9 +9,17 @@ weights and output once each) at the bandwidth of a streaming copy, both measure
     python -m bench.conv_layers --network mobilenet_v2   # -> bench/conv_layers_mobilenet_v2.json
     python -m bench.conv_layers --splits                 # XLA's conv over slices of the batch or of
                                                          # the rows too -> bench/conv_layers_splits.json
+    python -m bench.conv_layers --network pp_lcnet_224   # a Paddle network's every distinct conv, with
+                                                         # oneDNN's time -> conv_layers_pp_lcnet_224.json
+    python -m bench.conv_layers --onednn ...             # under eqsat.xla_flags.ONEDNN_CPU (XLA's conv
+                                                         # is oneDNN's) -> conv_layers_..._onednn.json
 
 ResNet's rows are its stride-1 3x3 layers (56x56x64 to 7x7x512) at batch 1 and 8; MobileNetV2's every
-distinct layer (its 1x1 expansions and projections, its depthwise 3x3s) at batch 8. The process keeps
+distinct layer (its 1x1 expansions and projections, its depthwise 3x3s) at batch 8. A network of
+``bench.paddle_nets`` at 224 (``pp_lcnet_224``, ...): the convs of the program Paddle saved, as eqsat
+loads it, at batch 8, and in NCHW (Paddle's layout) what Paddle Inference with oneDNN takes for the same
+conv alone (``onednn``: one Paddle conv layer saved and run as a deployed model is, on every core,
+timed after the XLA formulations: Paddle's OpenMP threads keep spinning after a run). The process keeps
 the memory its calls free (``eqsat.keep_host_memory``), as a deployment would: otherwise glibc maps
 every block above 32 MiB afresh and each call faults it in again.
 """
@@ -20,7 +28,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
+import sys
+import tempfile
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -29,23 +42,88 @@ import numpy as np
 from jax import lax
 
 import eqsat
-from bench.common import interleaved, matmul_gflops, write
+from bench.common import interleaved, matmul_gflops, rerun_under, write
+from eqsat import xla_flags
 from eqsat.common_convs import NETWORKS, ConvLayer
+from eqsat.ir import Program
 from eqsat.ops import OPS
-from eqsat.ops.conv import ALGORITHMS, WINOGRAD
+from eqsat.ops.conv import ALGORITHMS, CONV_AXES, WINOGRAD
 
 SIZE = 224
 BATCHES = {"resnet18": (1, 8), "mobilenet_v2": (8,)}
+PADDLE_BATCH = 8
+# bench.paddle_nets.DEPLOYED's names (that module imports paddle: loaded only when one is asked for)
+PADDLE_NETWORKS = (
+    "resnet18_224",
+    "mobilenet_v2_224",
+    "pp_lcnet_224",
+    "resnet50_224",
+    "resnet50_vd_224",
+    "mobilenet_v3_large_224",
+    "pp_hgnet_tiny_224",
+)
 STREAM_BYTES = 256 * 2**20
 SPLITS = (2, 4)  # slices of the batch or of the output's rows (--splits)
 
 
-def layers(network: str) -> list[ConvLayer]:
-    """The network's distinct layers at 224 (ResNet-18: its stride-1 3x3 ones)."""
-    found = dict.fromkeys(NETWORKS[network](SIZE))
+def layers(network: str) -> Counter[ConvLayer]:
+    """The network's distinct layers at 224 (ResNet-18: its stride-1 3x3 ones; a Paddle network's: those
+    of the program it saved), each with how many times the network runs it."""
+    if network in PADDLE_NETWORKS:
+        from bench.paddle_nets import inputs, save
+
+        with tempfile.TemporaryDirectory() as root:
+            loaded = eqsat.load(save(network, Path(root)))
+        shapes = {n: x.shape for n, x in zip(loaded.dynamic, inputs(network, 1), strict=True)}
+        assert loaded.specialize is not None  # saved with a batch of None
+        return program_layers(loaded.specialize(shapes))
+    found = Counter(NETWORKS[network](SIZE))
     if network == "resnet18":
-        return [layer for layer in found if (layer.kernel, layer.stride) == (3, 1)]
-    return list(found)
+        return Counter({layer: n for layer, n in found.items() if (layer.kernel, layer.stride) == (3, 1)})
+    return found
+
+
+def program_layers(program: Program) -> Counter[ConvLayer]:
+    """The distinct convs of ``program`` that a ``ConvLayer`` describes (square kernel and map, one
+    stride, undilated, SAME padding), in order of first appearance, each with how many times it runs;
+    any other is named on stderr."""
+    found: Counter[ConvLayer] = Counter()
+    for op in program.live_ops():
+        if op.name not in ("conv2d", "conv2d_bias_act"):
+            continue
+        x, w = (v.type.shape for v in op.inputs[:2])
+        axes = CONV_AXES[op.attrs["layout"]]
+        kernel, size = (w[a] for a in axes.kernel_spatial), (x[a] for a in axes.spatial)
+        (kh, kw), (h, wi), (sh, sw) = kernel, size, op.attrs["strides"]
+        layer = ConvLayer(x[axes.channel], w[axes.kernel_out], kh, sh, h, op.attrs["groups"])
+        window = {k: tuple(v) if isinstance(v, list | tuple) else v for k, v in op.attrs.items()}
+        same = all(window[k] == v for k, v in layer.window(window["layout"]).items())
+        if (kh, h, sh) != (kw, wi, sw) or not same:
+            print(f"left out: conv of {x} by {w}, {window}", file=sys.stderr)
+            continue
+        found[layer] += 1
+    return found
+
+
+def onednn_seconds(layer: ConvLayer, x: np.ndarray, w: np.ndarray, repeats: int) -> tuple[float, np.ndarray]:
+    """Paddle Inference with oneDNN, on every core, running the conv alone (NCHW data ``x``, OIHW
+    kernel ``w``) as a deployed model: its seconds per call (median) and its output."""
+    from bench.paddle_nets import paddle, predictor, save_layer
+
+    conv = paddle.nn.Conv2D(
+        layer.channels_in,
+        layer.channels_out,
+        layer.kernel,
+        layer.stride,
+        padding=(layer.kernel - 1) // 2,
+        groups=layer.groups,
+        bias_attr=False,
+    )
+    conv.weight.set_value(w.astype(np.float32))
+    with tempfile.TemporaryDirectory() as root:
+        run = predictor(save_layer(conv, (x.shape[1:],), Path(root) / "conv"), True, os.cpu_count() or 1)
+    data = [x.astype(np.float32)]
+    return interleaved({"onednn": lambda: run(data)}, repeats)["onednn"], run(data)[0]
 
 
 def stream_gbps(repeats: int) -> float:
@@ -93,7 +171,10 @@ def measure(
     peak_gflops: float,
     gbps: float,
     splits: bool = False,
+    onednn: bool = False,
 ) -> dict[str, Any]:
+    """Every formulation of ``layer`` timed (and with ``onednn``, in NCHW, Paddle Inference with oneDNN
+    after them), each one's largest error against float64, the layer's bounds."""
     rng = np.random.default_rng(0)
     ci, co, k, size, groups = layer.channels_in, layer.channels_out, layer.kernel, layer.size, layer.groups
     nchw = layout == "NCHW"
@@ -121,6 +202,11 @@ def measure(
     errors = {a: float(np.max(np.abs(np.asarray(f(x32), np.float64) - exact))) for a, f in fns.items()}
     seconds = interleaved({a: lambda f=f: f(x32) for a, f in fns.items()}, repeats)
     best = min(seconds, key=seconds.__getitem__)
+    paddle = {}
+    if onednn and nchw:
+        paddle["onednn_s"], out = onednn_seconds(layer, x, w, repeats)
+        errors["onednn"] = float(np.max(np.abs(out.astype(np.float64) - exact)))
+        paddle["best_vs_onednn"] = paddle["onednn_s"] / seconds[best]
     flops = 2.0 * batch * exact[0].size * (ci // groups) * k * k
     traffic = 4.0 * (x.size + w.size + exact.size)
     arithmetic_s, traffic_s = flops / peak_gflops / 1e9, traffic / gbps / 1e9
@@ -138,6 +224,20 @@ def measure(
         "best_of_bound": max(arithmetic_s, traffic_s) / seconds[best],
         "max_abs_error": errors,
         "output_scale": float(np.max(np.abs(exact))),
+        **paddle,
+    }
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The network's convs, each layer's time times its count, summed: the fastest formulation in NCHW,
+    in either layout (each layer's faster), XLA's conv in NCHW, and oneDNN's."""
+    nchw = [r for r in rows if r["layout"] == "NCHW"]
+    nhwc = {r["layer"]: r["seconds"][r["best"]] for r in rows if r["layout"] == "NHWC"}
+    return {
+        "best_nchw": sum(r["count"] * r["seconds"][r["best"]] for r in nchw),
+        "best_either_layout": sum(r["count"] * min(r["seconds"][r["best"]], nhwc[r["layer"]]) for r in nchw),
+        "direct_nchw": sum(r["count"] * r["seconds"]["direct"] for r in nchw),
+        "onednn": sum(r["count"] * r["onednn_s"] for r in nchw),
     }
 
 
@@ -145,23 +245,32 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--network", choices=sorted(BATCHES), default="resnet18")
+    parser.add_argument("--network", choices=[*sorted(BATCHES), *PADDLE_NETWORKS], default="resnet18")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument(
         "--splits",
         action="store_true",
         help="also XLA's conv over 2 and 4 slices of the batch and of the output's rows -> *_splits.json",
     )
+    parser.add_argument(
+        "--onednn",
+        action="store_true",
+        help="XLA:CPU's convolutions and products in oneDNN (eqsat.xla_flags.ONEDNN_CPU), in a child process",
+    )
     args = parser.parse_args(argv)
+    if args.onednn:
+        rerun_under(xla_flags.ONEDNN_CPU, "bench.conv_layers", argv)
     eqsat.keep_host_memory()
     peak, gbps = matmul_gflops(), stream_gbps(args.repeats)
     rows = []
-    for layer in layers(args.network):
-        for batch in BATCHES[args.network]:
+    paddle = args.network in PADDLE_NETWORKS
+    for layer, count in layers(args.network).items():
+        for batch in BATCHES.get(args.network, (PADDLE_BATCH,)):
             for layout in ("NHWC", "NCHW"):
-                row = measure(layer, batch, layout, args.repeats, peak, gbps, args.splits)
-                rows.append(row)
+                row = measure(layer, batch, layout, args.repeats, peak, gbps, args.splits, paddle)
+                rows.append(row | {"count": count})
                 times = " ".join(f"{a} {s * 1e3:.2f}" for a, s in row["seconds"].items())
+                times += f" onednn {row['onednn_s'] * 1e3:.2f}" if "onednn_s" in row else ""
                 print(
                     f"{row['layer']:34s} b{batch} {layout}: {times} ms; best {row['best']}, "
                     f"{row['best_of_bound']:.2f} of its {row['bound']} bound",
@@ -169,7 +278,11 @@ def main(argv: list[str] | None = None) -> None:
                 )
     out = "conv_layers" if args.network == "resnet18" else f"conv_layers_{args.network}"
     out += "_splits" if args.splits else ""
+    out += "_onednn" if args.onednn else ""
     results = {"network": args.network, "matmul_peak_gflops": peak, "stream_gbps": gbps}
+    if paddle:
+        results["total_s"] = totals(rows)
+        print(" | ".join(f"{k} {v * 1e3:.1f} ms" for k, v in results["total_s"].items()))
     print(f"wrote {write(out, results | {'repeats': args.repeats, 'rows': rows})}")
 
 

@@ -9,11 +9,17 @@ NCHW convolutions would take as NHWC.
     python -m bench.paddle_inference              # batch 8 -> bench/paddle_inference.json
     python -m bench.paddle_inference --quick      # three networks, fewer repeats
     python -m bench.paddle_inference --only resnet18_224 mobilenet_v2_224
+    python -m bench.paddle_inference --onednn     # XLA:CPU's convs and products in oneDNN (both eqsat
+                                                  # and jax.jit) -> bench/paddle_inference_onednn.json
 
 eqsat optimizes each network until an optimization times no new kernel: the first times those of
 its alternatives this device has not timed, within ``Limits.kernel_seconds`` and its time limit
 (``first_optimize_s``), later ones, as later processes would, time the rest (``kernels_timed``: how
 many each timed); the last program is timed.
+
+``--onednn`` runs the benchmark again in a child process under ``eqsat.xla_flags.ONEDNN_CPU``: XLA:CPU
+then runs convolutions and products as oneDNN calls, the library Paddle Inference's fast predictor
+uses, for eqsat's program and the plain-JAX baseline alike; eqsat times its kernels under those flags.
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ import jax
 import numpy as np
 
 import eqsat
-from bench.common import OUT, interleaved, merged_rows, settled, write
+from bench.common import OUT, interleaved, merged_rows, rerun_under, settled, write
 from bench.paddle_nets import DEPLOYED, NETWORKS, inputs, predictor, save
+from eqsat import xla_flags
 from eqsat.cost import Measured
 from eqsat.ir import OPAQUE, Program, TensorType
 from eqsat.lowering import lower
@@ -115,7 +122,15 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="keep the memory XLA's calls free for the next call (eqsat.keep_host_memory), as Paddle does",
     )
+    parser.add_argument(
+        "--onednn",
+        action="store_true",
+        help="XLA:CPU's convolutions and products in oneDNN (eqsat.xla_flags.ONEDNN_CPU), in a child "
+        "process -> paddle_inference_onednn.json",
+    )
     args = parser.parse_args(argv)
+    if args.onednn:
+        rerun_under(xla_flags.ONEDNN_CPU, "bench.paddle_inference", argv)
     host_memory = "kept" if args.keep_host_memory and eqsat.keep_host_memory() else "returned"
     names = args.only or (QUICK if args.quick else (*NETWORKS, *DEPLOYED))
     rows = []
@@ -128,9 +143,10 @@ def main(argv: list[str] | None = None) -> None:
                 f"paddle x{row['speedup_vs_paddle']:.2f} | onednn x{row['speedup_vs_paddle_onednn']:.2f}",
                 file=sys.stderr,
             )
+    out = "paddle_inference_onednn" if args.onednn else "paddle_inference"
     if args.only:  # the other networks' rows of the last full run stay
-        rows = merged_rows(OUT / "paddle_inference.json", rows, "network")
-    print(write("paddle_inference", {"rows": rows}))
+        rows = merged_rows(OUT / f"{out}.json", rows, "network")
+    print(write(out, {"rows": rows}))
 
 
 if __name__ == "__main__":

@@ -218,15 +218,23 @@ def save(name: str, root: Path) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         layer = make()
-        layer.eval()  # type: ignore[attr-defined]
         for key, buffer in layer.named_buffers():  # type: ignore[attr-defined]  # statistics away from 0, 1
             if key.endswith(("_mean", "_variance")):
                 low = 0.5 if key.endswith("_variance") else -0.5
                 buffer.set_value(rng.uniform(low, low + 1.0, buffer.shape).astype("float32"))
+    return save_layer(layer, shapes, root / name)
+
+
+def save_layer(layer: object, shapes: Shapes, path: Path) -> Path:
+    """Save ``layer`` for inference (``eval()``, ``paddle.jit.save``) with inputs of ``shapes`` after a
+    batch of None, at ``path``; its .json."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer.eval()  # type: ignore[attr-defined]
         names = input_names(shapes)
         spec = [paddle.static.InputSpec([None, *s], "float32", n) for n, s in zip(names, shapes, strict=True)]
-        paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(root / name))
-    return root / f"{name}.json"
+        paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(path))
+    return path.with_suffix(".json")
 
 
 def inputs(name: str, batch: int, seed: int = 0) -> list[np.ndarray]:

@@ -3,8 +3,11 @@ formulation that computes the layer, their errors and the bounds the layer is he
 
 from __future__ import annotations
 
+import numpy as np
+
 from bench import conv_layers
 from eqsat.common_convs import ConvLayer
+from eqsat.frontend.builder import Builder
 from eqsat.ops.conv import ALGORITHMS, WINOGRAD
 
 
@@ -30,3 +33,15 @@ def test_a_row_times_every_formulation_of_its_layer_against_its_bounds():
         assert row["bound"] == larger
     # 6x6 output of 8 channels by 8x3x3 taps, twice a multiply-add, at 10 GFLOP/s
     assert dense["arithmetic_bound_s"] == 2.0 * 6 * 6 * 8 * 8 * 9 / 10e9
+
+
+def test_a_programs_layers_are_its_distinct_convs_counted():
+    b = Builder()
+    x = b.input("x", (1, 8, 16, 16))
+    w = b.param("w", (8, 8, 3, 3), data=np.ones((8, 8, 3, 3)))
+    depthwise = b.param("d", (8, 1, 3, 3), data=np.ones((8, 1, 3, 3)))
+    y = b.conv2d(b.conv2d(x, w, padding=(1, 1, 1, 1)), w, padding=(1, 1, 1, 1))
+    y = b.conv2d(y, depthwise, strides=(2, 2), padding=(1, 1, 1, 1), groups=8)
+    valid = b.conv2d(y, w)  # no padding: not a SAME conv, which a ConvLayer describes
+    found = conv_layers.program_layers(b.build(valid))
+    assert found == {ConvLayer(8, 8, 3, 1, 16): 2, ConvLayer(8, 8, 3, 2, 16, groups=8): 1}

@@ -88,3 +88,19 @@ def test_under_onednn_the_conv_rules_hold_and_a_cnn_agrees_with_the_program():
     assert child.returncode == 0, child.stderr[-3000:]
     assert "checked" in child.stdout
 
+
+def test_a_benchmark_reruns_itself_under_the_flags_once(tmp_path, monkeypatch):
+    from bench.common import rerun_under
+
+    (tmp_path / "flagged.py").write_text(
+        "import os, sys\nopen(sys.argv[1], 'w').write(os.environ['XLA_FLAGS'])\n"
+    )
+    seen = tmp_path / "seen.txt"
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        rerun_under(xla_flags.ONEDNN_CPU, "flagged", [str(seen)])
+    assert exited.value.code == 0
+    assert set(seen.read_text().split()) == set(xla_flags.ONEDNN_CPU)
+    monkeypatch.setenv("XLA_FLAGS", " ".join(xla_flags.ONEDNN_CPU))
+    assert rerun_under(xla_flags.ONEDNN_CPU, "flagged", [str(seen)]) is None  # the child itself goes on
