@@ -16,9 +16,9 @@ from typing import Any
 
 import jax
 
-from eqsat import xla_flags
 from eqsat.config import config
 from eqsat.version import __version__ as eqsat_version
+from eqsat.xla_flags import tag as xla_flags_tag
 
 FUSED_CPU_ATTENTION = tuple(int(part) for part in version("jax").split(".")[:2]) >= (0, 11)
 """Whether XLA:CPU runs a whole attention block (q kᵀ, softmax, × v) as one fast fused kernel: from
@@ -267,7 +267,7 @@ def device_file(prefix: str, versioned: bool = False) -> Path:
     runs."""
     kind = str(jax.devices()[0].device_kind).replace(" ", "_").replace("/", "_")
     versions = f"-eqsat{eqsat_version}-jax{jax.__version__}" if versioned else ""
-    return config.cache_dir / f"{prefix}-{jax.default_backend()}-{kind}{xla_flags.tag()}{versions}.json"
+    return config.cache_dir / f"{prefix}-{jax.default_backend()}-{kind}{xla_flags_tag()}{versions}.json"
 
 
 def profile_path() -> Path:

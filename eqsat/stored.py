@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-from eqsat import xla_flags
 from eqsat.cache import ProgramCache, bind, optimization_key, uncacheable
 from eqsat.config import config
 from eqsat.egglog_text import REWRITES
@@ -14,6 +13,7 @@ from eqsat.options import Options
 from eqsat.pipeline import may_time_kernels
 from eqsat.report import Outcome, Report
 from eqsat.saturate import Stop
+from eqsat.xla_flags import current as current_xla_flags
 
 
 def key(program: Program, options: Options, cache: bool | None) -> tuple[str | None, str]:
@@ -32,7 +32,7 @@ def key(program: Program, options: Options, cache: bool | None) -> tuple[str | N
     rules_text = [f"{r.name} {r.exact}\n" + "\n".join([*r.prelude, *r.egglog(REWRITES)]) for r in rules]
     # where new kernels may not be timed, a choice can rest on estimates a timing run would replace
     timing = "timed" if may_time_kernels(limits) else "untimed"
-    parts = [*rules_text, fingerprint, limits.budget(), extractor, timing, " ".join(xla_flags.current())]
+    parts = [*rules_text, fingerprint, limits.budget(), extractor, timing, " ".join(current_xla_flags())]
     return optimization_key(program, parts), "stored"
 
 
