@@ -52,16 +52,6 @@ from eqsat.ops.conv import ALGORITHMS, CONV_AXES, WINOGRAD
 SIZE = 224
 BATCHES = {"resnet18": (1, 8), "mobilenet_v2": (8,)}
 PADDLE_BATCH = 8
-# bench.paddle_nets.DEPLOYED's names (that module imports paddle: loaded only when one is asked for)
-PADDLE_NETWORKS = (
-    "resnet18_224",
-    "mobilenet_v2_224",
-    "pp_lcnet_224",
-    "resnet50_224",
-    "resnet50_vd_224",
-    "mobilenet_v3_large_224",
-    "pp_hgnet_tiny_224",
-)
 STREAM_BYTES = 256 * 2**20
 SPLITS = (2, 4)  # slices of the batch or of the output's rows (--splits)
 
@@ -69,7 +59,7 @@ SPLITS = (2, 4)  # slices of the batch or of the output's rows (--splits)
 def layers(network: str) -> Counter[ConvLayer]:
     """The network's distinct layers at 224 (ResNet-18: its stride-1 3x3 ones; a Paddle network's: those
     of the program it saved), each with how many times the network runs it."""
-    if network in PADDLE_NETWORKS:
+    if network not in NETWORKS:  # one of bench.paddle_nets.DEPLOYED (that module loads Paddle)
         from bench.paddle_nets import inputs, save
 
         with tempfile.TemporaryDirectory() as root:
@@ -202,11 +192,11 @@ def measure(
     errors = {a: float(np.max(np.abs(np.asarray(f(x32), np.float64) - exact))) for a, f in fns.items()}
     seconds = interleaved({a: lambda f=f: f(x32) for a, f in fns.items()}, repeats)
     best = min(seconds, key=seconds.__getitem__)
-    paddle = {}
+    onednn_columns = {}
     if onednn and nchw:
-        paddle["onednn_s"], out = onednn_seconds(layer, x, w, repeats)
+        onednn_columns["onednn_s"], out = onednn_seconds(layer, x, w, repeats)
         errors["onednn"] = float(np.max(np.abs(out.astype(np.float64) - exact)))
-        paddle["best_vs_onednn"] = paddle["onednn_s"] / seconds[best]
+        onednn_columns["best_vs_onednn"] = onednn_columns["onednn_s"] / seconds[best]
     flops = 2.0 * batch * exact[0].size * (ci // groups) * k * k
     traffic = 4.0 * (x.size + w.size + exact.size)
     arithmetic_s, traffic_s = flops / peak_gflops / 1e9, traffic / gbps / 1e9
@@ -224,7 +214,7 @@ def measure(
         "best_of_bound": max(arithmetic_s, traffic_s) / seconds[best],
         "max_abs_error": errors,
         "output_scale": float(np.max(np.abs(exact))),
-        **paddle,
+        **onednn_columns,
     }
 
 
@@ -242,10 +232,12 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from bench.paddle_nets import DEPLOYED  # loads Paddle: not at import, for the tests of this module
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--network", choices=[*sorted(BATCHES), *PADDLE_NETWORKS], default="resnet18")
+    parser.add_argument("--network", choices=[*sorted(BATCHES), *DEPLOYED], default="resnet18")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument(
         "--splits",
@@ -263,11 +255,11 @@ def main(argv: list[str] | None = None) -> None:
     eqsat.keep_host_memory()
     peak, gbps = matmul_gflops(), stream_gbps(args.repeats)
     rows = []
-    paddle = args.network in PADDLE_NETWORKS
+    from_paddle = args.network not in NETWORKS
     for layer, count in layers(args.network).items():
         for batch in BATCHES.get(args.network, (PADDLE_BATCH,)):
             for layout in ("NHWC", "NCHW"):
-                row = measure(layer, batch, layout, args.repeats, peak, gbps, args.splits, paddle)
+                row = measure(layer, batch, layout, args.repeats, peak, gbps, args.splits, from_paddle)
                 rows.append(row | {"count": count})
                 times = " ".join(f"{a} {s * 1e3:.2f}" for a, s in row["seconds"].items())
                 times += f" onednn {row['onednn_s'] * 1e3:.2f}" if "onednn_s" in row else ""
@@ -280,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     out += "_splits" if args.splits else ""
     out += "_onednn" if args.onednn else ""
     results = {"network": args.network, "matmul_peak_gflops": peak, "stream_gbps": gbps}
-    if paddle:
+    if from_paddle:
         results["total_s"] = totals(rows)
         print(" | ".join(f"{k} {v * 1e3:.1f} ms" for k, v in results["total_s"].items()))
     print(f"wrote {write(out, results | {'repeats': args.repeats, 'rows': rows})}")
