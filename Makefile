@@ -52,10 +52,13 @@ bench: $(STAMP)
 	$(PY) -m bench.first_call
 	$(PY) -m bench.dynamic_batch
 	$(PY) -m bench.paddle_inference --keep-host-memory
+	$(PY) -m bench.paddle_inference --keep-host-memory --onednn
 	$(PY) -m bench.cnn
 	$(PY) -m bench.conv
 	$(PY) -m bench.conv_layers
 	$(PY) -m bench.conv_layers --network mobilenet_v2
+	$(PY) -m bench.conv_layers --network mobilenet_v2 --onednn
+	$(PY) -m bench.conv_layers --network pp_lcnet_224 --repeats 9
 	$(PY) -m bench.calibrated
 	$(PY) -m bench.mirage
 	$(PY) -m bench.cost_accuracy

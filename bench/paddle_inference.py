@@ -9,8 +9,8 @@ NCHW convolutions would take as NHWC.
     python -m bench.paddle_inference              # batch 8 -> bench/paddle_inference.json
     python -m bench.paddle_inference --quick      # three networks, fewer repeats
     python -m bench.paddle_inference --only resnet18_224 mobilenet_v2_224
-    python -m bench.paddle_inference --onednn     # XLA:CPU's convs and products in oneDNN (both eqsat
-                                                  # and jax.jit) -> bench/paddle_inference_onednn.json
+    python -m bench.paddle_inference --onednn     # the 224x224 networks with XLA:CPU's convs and products
+                                                  # in oneDNN -> bench/paddle_inference_onednn.json
 
 eqsat optimizes each network until an optimization times no new kernel: the first times those of
 its alternatives this device has not timed, within ``Limits.kernel_seconds`` and its time limit
@@ -126,13 +126,14 @@ def main(argv: list[str] | None = None) -> None:
         "--onednn",
         action="store_true",
         help="XLA:CPU's convolutions and products in oneDNN (eqsat.xla_flags.ONEDNN_CPU), in a child "
-        "process -> paddle_inference_onednn.json",
+        "process; by default the 224x224 networks -> paddle_inference_onednn.json",
     )
     args = parser.parse_args(argv)
     if args.onednn:
         rerun_under(xla_flags.ONEDNN_CPU, "bench.paddle_inference", argv)
     host_memory = "kept" if args.keep_host_memory and eqsat.keep_host_memory() else "returned"
-    names = args.only or (QUICK if args.quick else (*NETWORKS, *DEPLOYED))
+    everything = (*DEPLOYED,) if args.onednn else (*NETWORKS, *DEPLOYED)
+    names = args.only or (QUICK if args.quick else everything)
     rows = []
     with tempfile.TemporaryDirectory() as root:
         for name in names:
