@@ -1,6 +1,7 @@
 """XLA flags: what eqsat measures and stores under them is kept apart from what it measures without; under
-``ONEDNN_CPU`` (XLA:CPU's convs and products in oneDNN) the conv and fusion rules hold and an optimized
-CNN agrees with the program as written, checked in a child process (XLA reads its flags at start)."""
+``ONEDNN_CPU`` (XLA:CPU's convs and products in oneDNN) the conv and fusion rules hold, in float32 and
+half precision, and an optimized CNN agrees with the program as written, checked in a child process
+(XLA reads its flags at start)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ _CHILD = textwrap.dedent(
     for rule in resolve(["conv", "fusion"]):
         for seed in (0, 1):
             checked += check_rule(rule, seed).compared
+        for dtype in ("float16", "bfloat16"):  # where a rule's guard admits them
+            checked += check_rule(rule, 3, dtype=dtype).compared
     b = eqsat.Builder()
     rng = np.random.default_rng(0)
     y = b.input("x", (2, 8, 16, 16))
