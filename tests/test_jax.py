@@ -451,19 +451,31 @@ def test_top_k_and_argmax_are_canonical_and_differentiate_as_jax_does(name, grad
     np.testing.assert_array_equal(jax.jit(grad)(x), jax.jit(jax.grad(lambda x: jnp.sum(fn(x) ** 2)))(x))
 
 
+def _top_k_costs_more(op: str, attrs: dict, inputs: list, output: object) -> float:
+    return 100.0 if op == "top_k" else 1.0
+
+
 def test_the_top_1_is_an_argmax_and_a_max():
-    """``lax.top_k(x, 1)`` needs no TopK: its position is the argmax, its value the max (or the element
-    there), where TopK costs more (XLA:CPU's costs three maxes; the default cost model times it)."""
-
-    def top_k_costs_more(op: str, attrs: dict, inputs: list, output: object) -> float:
-        return 100.0 if op == "top_k" else 1.0
-
+    """With ``top-1``, ``lax.top_k(x, 1)`` needs no TopK: its position is the argmax, its value the max
+    (or the element there), where TopK costs more (XLA:CPU's costs three maxes)."""
     fn = lambda x: lax.top_k(x, 1)[0] * 3.0 + lax.top_k(x, 1)[1]  # noqa: E731
     x = _normal(3, 50)
-    jitted = eqsat.jit(fn, cost=top_k_costs_more)
+    jitted = eqsat.jit(fn, rules=["default", "top-1"], cost=_top_k_costs_more)
     ops = {op.name for op in jitted.result(x).program.live_ops()}
     assert "argmax" in ops and "top_k" not in ops, ops
     np.testing.assert_array_equal(jitted(x), jax.jit(fn)(x))
+
+
+def test_by_default_a_top_1_over_computed_nans_stays_finite():
+    """x86 makes an invalid op's NaN negative (cos(-inf) is -NaN), which TopK ranks below every number:
+    the top 1 of cos([0.5, -inf]) is cos(0.5), where a max is NaN. The default rules keep the TopK
+    however much it costs (tests/test_fuzz.py found this)."""
+    fn = lambda x: lax.top_k(jnp.cos(x), 1)[0]  # noqa: E731
+    x = jnp.array([[0.5], [-jnp.inf]]).T
+    jitted = eqsat.jit(fn, cost=_top_k_costs_more)
+    want = jax.jit(fn)(x)
+    assert np.isfinite(np.asarray(want)).all(), want  # the premise: this CPU's cos(-inf) is -NaN
+    np.testing.assert_array_equal(jitted(x), want)
 
 
 @pytest.mark.parametrize(
