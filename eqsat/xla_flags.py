@@ -5,9 +5,10 @@ stored per set of flags (``tag``).
 
 ``ONEDNN_CPU``: XLA:CPU runs convolutions and products as oneDNN calls (``__onednn$convolution``,
 ``__onednn$matmul``, a bias and activation fused into them as oneDNN post-ops) rather than through
-YNNPACK. A depthwise 3x3 conv at 56x56x144, batch 8, took 2.0 ms so, against 3.5-4.1 ms for the best
-formulation eqsat has under XLA's own kernels (bench/conv_layers_mobilenet_v2_onednn.json has the
-layers of MobileNetV2). Set them before JAX starts, in the shell
+YNNPACK. A depthwise 3x3 conv at 56x56x144, batch 8, took 2.0 ms so, against 2.9-4.1 ms (three runs)
+for eqsat's shifted formulation, its best under XLA's own kernels
+(bench/conv_layers_mobilenet_v2_onednn.json has the layers of MobileNetV2). Set the flags before JAX
+starts, in the shell
 (``XLA_FLAGS="--xla_cpu_experimental_onednn_custom_call=true --xla_cpu_experimental_ynn_fusion_type="``),
 or with ``with_flags`` for a child process.
 """
