@@ -60,13 +60,10 @@ def layers(network: str) -> Counter[ConvLayer]:
     """The network's distinct layers at 224 (ResNet-18: its stride-1 3x3 ones; a Paddle network's: those
     of the program it saved), each with how many times the network runs it."""
     if network not in NETWORKS:  # one of bench.paddle_nets.DEPLOYED (that module loads Paddle)
-        from bench.paddle_nets import inputs, save
+        from bench.paddle_nets import loaded, save
 
         with tempfile.TemporaryDirectory() as root:
-            loaded = eqsat.load(save(network, Path(root)))
-        shapes = {n: x.shape for n, x in zip(loaded.dynamic, inputs(network, 1), strict=True)}
-        assert loaded.specialize is not None  # saved with a batch of None
-        return program_layers(loaded.specialize(shapes))
+            return program_layers(loaded(network, save(network, Path(root)), 1))
     found = Counter(NETWORKS[network](SIZE))
     if network == "resnet18":
         return Counter({layer: n for layer, n in found.items() if (layer.kernel, layer.stride) == (3, 1)})

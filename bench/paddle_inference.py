@@ -36,7 +36,7 @@ import numpy as np
 
 import eqsat
 from bench.common import OUT, interleaved, merged_rows, rerun_under, settled, write
-from bench.paddle_nets import DEPLOYED, NETWORKS, inputs, predictor, save
+from bench.paddle_nets import DEPLOYED, NETWORKS, inputs, loaded, predictor, save
 from eqsat import xla_flags
 from eqsat.cost import Measured
 from eqsat.ir import OPAQUE, Program, TensorType
@@ -73,10 +73,7 @@ def _permuted(t: TensorType, perm: tuple[int, ...]) -> TensorType:
 
 def measure(name: str, root: Path, repeats: int) -> dict[str, Any]:
     path = save(name, root)
-    loaded = eqsat.load(path)
-    xs = inputs(name, BATCH)
-    assert loaded.specialize is not None  # saved with a batch of None
-    program = loaded.specialize({n: x.shape for n, x in zip(loaded.dynamic, xs, strict=True)})
+    xs, program = inputs(name, BATCH), loaded(name, path, BATCH)
     first, result, timed = settled(lambda: eqsat.optimize(program, cache=False))
     optimized, plain = result.fn, jax.jit(lower(program))
     threads = os.cpu_count() or 1

@@ -12,6 +12,9 @@ import numpy as np
 import paddle
 from paddle import inference
 
+import eqsat
+from eqsat.ir import Program
+
 models = paddle.vision.models
 nn = paddle.nn
 
@@ -235,6 +238,15 @@ def save_layer(layer: object, shapes: Shapes, path: Path) -> Path:
         spec = [paddle.static.InputSpec([None, *s], "float32", n) for n, s in zip(names, shapes, strict=True)]
         paddle.jit.save(paddle.jit.to_static(layer, input_spec=spec, full_graph=True), str(path))
     return path.with_suffix(".json")
+
+
+def loaded(name: str, path: Path, batch: int) -> Program:
+    """Network ``name`` as ``save`` wrote it at ``path``, loaded by eqsat with its batch of None bound
+    to ``batch``."""
+    program = eqsat.load(path)
+    assert program.specialize is not None  # saved with a batch of None
+    shapes = _ALL[name][1]
+    return program.specialize({n: (batch, *s) for n, s in zip(program.dynamic, shapes, strict=True)})
 
 
 def inputs(name: str, batch: int, seed: int = 0) -> list[np.ndarray]:
