@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
@@ -25,6 +25,7 @@ from eqsat.report import Outcome
 from eqsat.rules import Rule
 from eqsat.saturate import Iteration, Limits, Stop
 from eqsat.text import DYNAMIC
+from eqsat.xla_flags import compiling_with
 
 
 @dataclass
@@ -131,10 +132,11 @@ class OptimizeResult(Outcome):
 
     @cached_property
     def fn(self) -> Callable[..., Any]:
-        """The optimized program, jitted. Called with inputs of other sizes of the original's dynamic
-        dims, it runs ``specialized``'s program for them, found once per signature (as jax.jit traces
-        once per signature); an input of the wrong rank, dtype or fixed size is a ShapeError naming it.
-        Each signature is checked once: later calls cost a dictionary lookup before jax's dispatch."""
+        """The optimized program, jitted (under the compiler options it was optimized for). Called with
+        inputs of other sizes of the original's dynamic dims, it runs ``specialized``'s program for them,
+        found once per signature (as jax.jit traces once per signature); an input of the wrong rank,
+        dtype or fixed size is a ShapeError naming it. Each signature is checked once: later calls cost a
+        dictionary lookup before jax's dispatch."""
         from eqsat.lowering import lower
 
         by_signature: dict[tuple[Any, ...], Callable[..., Any]] = {}
@@ -143,7 +145,10 @@ class OptimizeResult(Outcome):
             key = tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in args)
             runner = by_signature.get(key)
             if runner is None:
-                runner = by_signature[key] = jax.jit(lower(self.specialized(*args).program))
+                options = dict(self.options.compiler_options) if self.options else None
+                runner = by_signature[key] = jax.jit(
+                    lower(self.specialized(*args).program), compiler_options=options or None
+                )
             return runner(*args)
 
         return fn
@@ -200,7 +205,8 @@ def carry(program: Program, template: OptimizeResult, options: Options) -> Optim
         return None
     carried = replace(options, limits=replace(options.limits, kernel_seconds=0.0))
     try:
-        outcome = optimized(program, Job.of(carried, template=template.program), span("bodies", "accept"))
+        with compiling_with(options.compiler_options):
+            outcome = optimized(program, Job.of(carried, template=template.program), span("bodies", "accept"))
     except NotFound:
         return None
     if outcome.report.cut_short or outcome.report.saturation.stopped(Stop.ERROR):
@@ -250,6 +256,7 @@ def optimize(
     extractor: str = "auto",
     cache: bool | None = None,
     measure: bool = False,
+    compiler_options: Mapping[str, Any] | None = None,
 ) -> OptimizeResult:
     """Saturate ``program`` with ``rules`` (all by default; or themes/names), extract the cheapest under
     ``cost`` and return it. Within ``limits``, the best program found so far is returned; if that is
@@ -265,8 +272,11 @@ def optimize(
     (see ``eqsat.cache``; default ``eqsat.config.enable_cache``); ``report.cache`` says what happened.
     ``measure``: where the predicted gain is within the cost model's measured error (``CostModel.error``),
     compile and time both programs on this device and keep the faster (``report.note`` says which).
+    ``compiler_options``: ``jax.jit``'s, for XLA, under which the program will run (as
+    ``eqsat.xla_flags.ONEDNN_CPU_OPTIONS``): kernels are timed, programs compared and checked, and the
+    result cached under them, and ``fn`` compiles under them (see ``eqsat.xla_flags``).
     """
-    options = Options.of(rules, cost, limits, verify, extractor, measure)
+    options = Options.of(rules, cost, limits, verify, extractor, measure, compiler_options)
     return optimize_with(program, options, progress=progress, cache=cache)
 
 
@@ -278,30 +288,32 @@ def optimize_with(
 ) -> OptimizeResult:
     """``optimize`` with its options given as one ``Options`` (as ``eqsat.jit`` and ``fn``'s
     specializations keep them); the result is built once, the options with it."""
-    key, status = stored.key(program, options, cache)
-    outcome = stored.read(key, program) if key else None
-    if outcome is None:
-        bar = ProgressBar() if progress is None or progress is True else None
-        callback = bar or (progress if callable(progress) else None)
-        try:
-            outcome = optimized(program, Job.of(options, callback))
-        finally:
-            if bar is not None:
-                bar.close()
-        if key:  # under the timings it used: a later process that reads them hits
-            key, status = stored.key(program, options, cache)
-        status = stored.store(key, outcome, program) if key else status
-    else:
-        status = outcome.report.cache
-    return _finished(program, options, outcome, key, status)
+    with compiling_with(options.compiler_options):
+        key, status = stored.key(program, options, cache)
+        outcome = stored.read(key, program) if key else None
+        if outcome is None:
+            bar = ProgressBar() if progress is None or progress is True else None
+            callback = bar or (progress if callable(progress) else None)
+            try:
+                outcome = optimized(program, Job.of(options, callback))
+            finally:
+                if bar is not None:
+                    bar.close()
+            if key:  # under the timings it used: a later process that reads them hits
+                key, status = stored.key(program, options, cache)
+            status = stored.store(key, outcome, program) if key else status
+        else:
+            status = outcome.report.cache
+        return _finished(program, options, outcome, key, status)
 
 
 def cached_result(program: Program, options: Options) -> OptimizeResult | None:
     """What ``optimize_with(program, options)`` returns where the program cache holds it (a hit),
     else None: nothing is optimized."""
-    key, _ = stored.key(program, options, None)
-    outcome = stored.read(key, program) if key else None
-    return None if outcome is None else _finished(program, options, outcome, key, outcome.report.cache)
+    with compiling_with(options.compiler_options):
+        key, _ = stored.key(program, options, None)
+        outcome = stored.read(key, program) if key else None
+        return None if outcome is None else _finished(program, options, outcome, key, outcome.report.cache)
 
 
 def _finished(
@@ -320,7 +332,8 @@ def _finished(
             from eqsat.verify import validate
 
             t = time.perf_counter()
-            with jax.ensure_compile_time_eval():  # called inside a trace (eqsat.jit's), the check runs now
+            # called inside a trace (eqsat.jit's), the check runs now, under the program's compiler options
+            with jax.ensure_compile_time_eval(), compiling_with(options.compiler_options):
                 validate(program, outcome.program, rules_fired=sorted(outcome.report.rules_fired))
             timings["verify"] = time.perf_counter() - t
             if cached is not None:  # a later hit of this entry needs no check

@@ -42,6 +42,7 @@ from eqsat.speed import (
     training_steps,
 )
 from eqsat.types import FLOAT_DTYPES
+from eqsat.xla_flags import compiling_with
 
 GRADIENT_MODES = ("measure", "optimized", "input")
 QUICK_S = 0.1  # training steps quicker than this are timed in interleaved samples
@@ -119,12 +120,14 @@ def _faster(result: OptimizeResult, optimized: Flat, written: Flat) -> Flat:
     ):
         return optimized  # no float input or output: nothing a training step would differentiate
     t = time.perf_counter()
+    in_force = result.options.compiler_options if result.options else ()
     try:  # a step that cannot be built or run here leaves JAX's derivative, as without eqsat's rule
-        outcome = judged(
-            "gradient",
-            [str(original), str(result.program)],
-            lambda: _timed(*training_steps([written, optimized], values)),
-        )
+        with compiling_with(in_force):  # timed, and its verdict kept, under the program's compiler options
+            outcome = judged(
+                "gradient",
+                [str(original), str(result.program)],
+                lambda: _timed(*training_steps([written, optimized], values)),
+            )
     except Exception as e:
         why = f"no training step could be timed ({type(e).__name__}: {e})"
         why, kept = f"{why}: the optimized program is differentiated", True

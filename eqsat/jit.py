@@ -117,7 +117,8 @@ class Jitted:
         self._likely_hit = config.enable_cache and ProgramCache().hint(self._hint).exists()
         if not self._likely_hit and not config.background:
             prepare(chosen)
-        self.options = Options.of(chosen, cost, limits, verify, measure=measure)
+        xla_options = (jit_options or {}).get("compiler_options")
+        self.options = Options.of(chosen, cost, limits, verify, measure=measure, compiler_options=xla_options)
         self.static_argnums, self.static_argnames = _static_args(fn, static_argnums, static_argnames)
         self.results: dict[Any, OptimizeResult] = {}
         self._warned: set[str] = set()
@@ -460,7 +461,8 @@ def jit(
     passed either way, as with ``jax.jit``. ``donate_argnums``/``donate_argnames``,
     ``in_shardings``/``out_shardings`` (a sharded program runs over several devices: XLA partitions
     the optimized program as it would the original), ``keep_unused``, ``device``, ``backend`` and
-    ``compiler_options`` mean what they mean to ``jax.jit``; ``inline`` too, but it is on by default:
+    ``compiler_options`` mean what they mean to ``jax.jit`` (eqsat times and checks what it chooses under
+    the ``compiler_options`` too, as ``eqsat.optimize`` does); ``inline`` too, but it is on by default:
     the optimized program is inlined into an enclosing jit's, as the function itself would be traced
     there (a nested jit is split in two where it is differentiated). ``measure``: as in
     ``eqsat.optimize``, where the predicted gain is within the cost model's error, both programs

@@ -3,12 +3,14 @@ extractor, and whether to verify and measure."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from eqsat.cost import CostModel, get_cost_model
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import Limits
+from eqsat.xla_flags import compiling_with
 
 EXTRACTORS = ("auto", "greedy", "ilp", "egglog")
 CARRIED = "carried"  # the extractor of a result carried from another size (``OptimizeResult.specialized``)
@@ -25,6 +27,7 @@ class Options:
     verify: bool = False
     extractor: str = "auto"
     measure: bool = False
+    compiler_options: tuple[tuple[str, Any], ...] = ()  # ``jax.jit``'s, sorted: the program runs under them
 
     def __repr__(self) -> str:
         """A summary: the rules counted (``describe()`` lists them), the cost model named."""
@@ -32,7 +35,8 @@ class Options:
         rules = f"<{len(self.rules)} rules: {first}>"
         return (
             f"Options(rules={rules}, cost={self.cost.name!r}, limits={self.limits!r}, verify={self.verify}, "
-            f"extractor={self.extractor!r}, measure={self.measure})"
+            f"extractor={self.extractor!r}, measure={self.measure}"
+            + (f", compiler_options={dict(self.compiler_options)!r})" if self.compiler_options else ")")
         )
 
     def describe(self) -> str:
@@ -52,7 +56,11 @@ class Options:
         verify: bool = False,
         extractor: str = "auto",
         measure: bool = False,
+        compiler_options: Mapping[str, Any] | None = None,
     ) -> Options:
-        """Options from ``optimize``'s arguments: rules resolved, the cost model built."""
-        model = get_cost_model(cost)
-        return cls(tuple(resolve(rules)), model, limits or Limits(), verify, extractor, measure)
+        """Options from ``optimize``'s arguments: rules resolved, the cost model built (a model
+        named, under the ``compiler_options``: it times its kernels under them)."""
+        in_force = tuple(sorted((compiler_options or {}).items()))
+        with compiling_with(in_force):
+            model = get_cost_model(cost)
+        return cls(tuple(resolve(rules)), model, limits or Limits(), verify, extractor, measure, in_force)

@@ -32,6 +32,7 @@ from eqsat.devices import device_file
 from eqsat.ir import Program, Value
 from eqsat.numerics import random_array
 from eqsat.types import FLOAT_DTYPES
+from eqsat.xla_flags import jit as jit_in_force
 
 SAMPLE_S = 2e-3  # a sample is as many calls as take about this long
 # The least gain a timing must show for a program to replace the one as written: run-to-run noise of
@@ -241,7 +242,7 @@ def compared(written: Program, other: Program, samples: int = 9) -> Verdict | st
 
     def measure() -> Verdict | str:
         args = _random_arguments(arguments(written))
-        compiled = [jax.jit(lower(p)).lower(*args).compile() for p in (written, other)]
+        compiled = [jit_in_force(lower(p)).lower(*args).compile() for p in (written, other)]
         need = [compiled_bytes(c) for c in compiled]
         why = too_large(max(need), need[1], f"the program as written ({need[0] / 2**20:.0f} MiB) or this one")
         if why:
@@ -266,7 +267,7 @@ def training_steps(fns: Sequence[Callable[..., Any]], values: Sequence[Value]) -
         return jax.value_and_grad(loss, argnums=wrt)
 
     args = _random_arguments(values)
-    return [jax.jit(step(fn)).lower(*args).compile() for fn in fns], args
+    return [jit_in_force(step(fn)).lower(*args).compile() for fn in fns], args
 
 
 def _random_arguments(values: Sequence[Value]) -> list[Any]:
@@ -276,5 +277,5 @@ def _random_arguments(values: Sequence[Value]) -> list[Any]:
 
 def median_seconds(fn: Callable[..., Any], *args: Any, samples: int = 5) -> float:
     """Median seconds per call of jitted ``fn(*args)``."""
-    run = jax.jit(fn)
+    run = jit_in_force(fn)
     return per_call([lambda: run(*args)], samples, statistics.median, 5e-3)[0]

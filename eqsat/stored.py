@@ -13,6 +13,7 @@ from eqsat.options import Options
 from eqsat.pipeline import may_time_kernels
 from eqsat.report import Outcome, Report
 from eqsat.saturate import Stop
+from eqsat.xla_flags import compiling_with
 from eqsat.xla_flags import current as current_xla_flags
 
 
@@ -32,7 +33,9 @@ def key(program: Program, options: Options, cache: bool | None) -> tuple[str | N
     rules_text = [f"{r.name} {r.exact}\n" + "\n".join([*r.prelude, *r.egglog(REWRITES)]) for r in rules]
     # where new kernels may not be timed, a choice can rest on estimates a timing run would replace
     timing = "timed" if may_time_kernels(limits) else "untimed"
-    parts = [*rules_text, fingerprint, limits.budget(), extractor, timing, " ".join(current_xla_flags())]
+    with compiling_with(options.compiler_options):  # the flags the program compiles under, its own too
+        flags = " ".join(current_xla_flags())
+    parts = [*rules_text, fingerprint, limits.budget(), extractor, timing, flags]
     return optimization_key(program, parts), "stored"
 
 

@@ -27,6 +27,7 @@ from eqsat.ops import OPS
 from eqsat.ranges import Range
 from eqsat.rules import Rule
 from eqsat.saturate import install
+from eqsat.xla_flags import jit as jit_in_force
 
 _TOKEN = re.compile(r"[()\s]+|[^()\s]+")
 
@@ -330,7 +331,7 @@ def validate(
     rng = np.random.default_rng(seed)
     f, g = lower(original), lower(optimized)
     if compile:
-        f, g = jax.jit(f), jax.jit(g)
+        f, g = jit_in_force(f), jit_in_force(g)
     free = [p for p in original.params if p.name not in original.param_values]
     dtype, as_it_reads = loosest(*path_dtypes(original)), reference(original)
     # outputs of positions an inexact rule may have rewritten: compared by the values they hold

@@ -11,20 +11,69 @@ for eqsat's shifted formulation, its best under XLA's own kernels
 starts, in the shell
 (``XLA_FLAGS="--xla_cpu_experimental_onednn_custom_call=true --xla_cpu_experimental_ynn_fusion_type="``),
 or with ``with_flags`` for a child process.
+
+A program may also be compiled under options of its own: ``jax.jit``'s ``compiler_options``, which
+``eqsat.jit`` and ``eqsat.optimize`` take (``ONEDNN_CPU_OPTIONS`` are the flags above as options). While
+eqsat optimizes such a program, they are in force (``compiling_with``): everything it compiles to time
+or check runs under them (``jit``), and they count among the flags (``current``), so what is measured
+under them is stored apart too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
 
-ONEDNN_CPU = ("--xla_cpu_experimental_onednn_custom_call=true", "--xla_cpu_experimental_ynn_fusion_type=")
+import jax
+
+Options = Mapping[str, Any] | Iterable[tuple[str, Any]]
+_IN_FORCE: ContextVar[tuple[tuple[str, Any], ...]] = ContextVar("eqsat_compiler_options", default=())
+
+
+def as_flags(options: Options) -> tuple[str, ...]:
+    """``jax.jit``'s ``compiler_options`` written as XLA flags: ``--name=value``, booleans lower-case."""
+    pairs = options.items() if isinstance(options, Mapping) else options
+    return tuple(f"--{name}={str(v).lower() if isinstance(v, bool) else v}" for name, v in pairs)
+
+
+ONEDNN_CPU_OPTIONS: dict[str, Any] = {
+    "xla_cpu_experimental_onednn_custom_call": True,
+    "xla_cpu_experimental_ynn_fusion_type": "",
+}
+ONEDNN_CPU = as_flags(ONEDNN_CPU_OPTIONS)
+
+
+def in_force() -> dict[str, Any]:
+    """The compiler options of the program being optimized (``compiling_with``); none outside one."""
+    return dict(_IN_FORCE.get())
+
+
+@contextmanager
+def compiling_with(options: Options | None) -> Iterator[None]:
+    """Within it, ``options`` are in force (``in_force``) in this thread, those of any outer one not."""
+    pairs = (options.items() if isinstance(options, Mapping) else options) if options else ()
+    token = _IN_FORCE.set(tuple(sorted(pairs)))
+    try:
+        yield
+    finally:
+        _IN_FORCE.reset(token)
+
+
+def jit(fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """``jax.jit(fn, **kwargs)`` under the compiler options in force: how eqsat compiles what it times
+    or checks."""
+    options = in_force()
+    return jax.jit(fn, compiler_options=options or None, **kwargs)
 
 
 def current(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
-    """The flags in ``XLA_FLAGS`` of ``environ`` (this process's, by default), sorted, each once."""
-    return tuple(sorted(set(environ.get("XLA_FLAGS", "").split())))
+    """The flags in ``XLA_FLAGS`` of ``environ`` (this process's, by default) and the compiler options
+    in force, sorted, each once."""
+    return tuple(sorted(set(environ.get("XLA_FLAGS", "").split()) | set(as_flags(_IN_FORCE.get()))))
 
 
 def tag(environ: Mapping[str, str] = os.environ) -> str:

@@ -155,7 +155,7 @@ def test_a_kernel_is_timed_with_its_weights_as_constants_where_the_program_has_t
 
 def test_two_processes_timing_into_one_table_keep_both(tmp_path, monkeypatch):
     """Each saves what it timed into the file as it is then, not its own copy over the other's."""
-    monkeypatch.setattr(kernels, "compiled", lambda call: (None, []))
+    monkeypatch.setattr(kernels, "compiled", lambda call, options: (None, []))
     monkeypatch.setattr(kernels, "run_seconds", lambda kernels, repeats, enough_s: [1e-3] * len(kernels))
     path = tmp_path / "kernels.json"
     first, second = KernelTimes(path, workers=1), KernelTimes(path, workers=1)  # both read it empty
@@ -166,7 +166,7 @@ def test_two_processes_timing_into_one_table_keep_both(tmp_path, monkeypatch):
 
 def test_a_compilation_running_past_the_budget_is_left_unused(tmp_path, monkeypatch):
     """Optimization goes on to extraction when the time is up, not when a slow compilation ends."""
-    monkeypatch.setattr(kernels, "compiled", lambda call: time.sleep(5))
+    monkeypatch.setattr(kernels, "compiled", lambda call, options: time.sleep(5))
     table = KernelTimes(tmp_path / "kernels.json", workers=1)
     start = time.perf_counter()
     assert table.time(list(_calls().values()), 0.2) == 0
@@ -201,7 +201,7 @@ def test_a_later_process_reading_the_timings_hits_the_cache(tmp_path, monkeypatc
     later = Roofline("cpu", timings=KernelTimes(tmp_path / "k.json"))  # a new process reads the table
     assert eqsat.optimize(_conv(), RULES, cost=later, limits=limits, cache=True).report.cache == "hit"
 
-    monkeypatch.setattr(kernels, "compiled", lambda call: time.sleep(5))
+    monkeypatch.setattr(kernels, "compiled", lambda call, options: time.sleep(5))
     model = Roofline("cpu", timings=KernelTimes(tmp_path / "other.json"))
     short = eqsat.optimize(_conv(), RULES, cost=model, limits=Limits(kernel_seconds=0.2), cache=True)
     assert short.report.kernels_left == len(ALL) and not short.report.kernels_timed

@@ -50,6 +50,65 @@ def test_timings_and_programs_are_kept_per_set_of_flags(monkeypatch):
     assert stored.key(_program(), options, True)[0] != key
 
 
+def test_compiler_options_count_among_the_flags_where_they_are_in_force(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert xla_flags.as_flags({"a": True, "b": "", "c": 3}) == ("--a=true", "--b=", "--c=3")
+    assert xla_flags.in_force() == {} and xla_flags.current() == ()
+    with xla_flags.compiling_with(xla_flags.ONEDNN_CPU_OPTIONS):
+        assert xla_flags.in_force() == xla_flags.ONEDNN_CPU_OPTIONS
+        assert xla_flags.current() == tuple(sorted(xla_flags.ONEDNN_CPU))
+        with xla_flags.compiling_with(None):  # an inner program's own (none)
+            assert xla_flags.current() == ()
+        assert xla_flags.in_force() == xla_flags.ONEDNN_CPU_OPTIONS
+    assert xla_flags.in_force() == {}
+
+
+def test_a_programs_compiler_options_keep_its_timings_and_cache_entry_apart(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    plain, onednn = Options.of(), Options.of(compiler_options=xla_flags.ONEDNN_CPU_OPTIONS)
+    assert plain.cost.timings.compiler_options == {}
+    assert onednn.cost.timings.compiler_options == xla_flags.ONEDNN_CPU_OPTIONS
+    assert stored.key(_program(), plain, True)[0] != stored.key(_program(), onednn, True)[0]
+    # the options given to the program, or the same flags given to the process: one table, one entry
+    monkeypatch.setenv("XLA_FLAGS", " ".join(xla_flags.ONEDNN_CPU))
+    assert onednn.cost.timings.path == device_file("kernels", versioned=True) != plain.cost.timings.path
+    flagged = Options.of()  # made under the flags
+    assert stored.key(_program(), flagged, True)[0] == stored.key(_program(), onednn, True)[0]
+
+
+def test_eqsat_jit_times_checks_and_runs_a_program_under_its_compiler_options():
+    """The kernels it times land in the options' table, compiled under them; the program it returns,
+    checked against the function as written, runs its conv in oneDNN."""
+    import jax
+    import jax.numpy as jnp
+
+    import eqsat
+    from eqsat.cost.kernels import KernelTimes
+
+    rng = np.random.default_rng(0)
+    w = jnp.asarray(rng.normal(size=(3, 3, 8, 8)) / 5, jnp.float32)
+
+    def block(x):
+        y = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jax.nn.relu(y) * 2.0
+
+    x = jnp.asarray(rng.normal(size=(2, 12, 12, 8)), jnp.float32)
+    for rules in (None, ["cast"]):  # every rule (the conv may become products), or none that changes it
+        f = eqsat.jit(
+            block,
+            rules=rules,
+            compiler_options=xla_flags.ONEDNN_CPU_OPTIONS,
+            verify=True,
+            limits=eqsat.Limits(kernel_seconds=60),
+        )
+        np.testing.assert_allclose(f(x), block(x), rtol=1e-5, atol=1e-5)
+    assert "__onednn$convolution" in f.lower(x).compile().as_text()
+    with xla_flags.compiling_with(xla_flags.ONEDNN_CPU_OPTIONS):
+        timed = KernelTimes()
+    assert len(timed) > 0 and not device_file("kernels", versioned=True).exists()
+    assert f.result(x).options.compiler_options == tuple(sorted(xla_flags.ONEDNN_CPU_OPTIONS.items()))
+
+
 _CHILD = textwrap.dedent(
     """
     import jax, jax.numpy as jnp, numpy as np

@@ -31,6 +31,7 @@ from eqsat.devices import device_file
 from eqsat.host_memory import give_back_freed
 from eqsat.ir import Program, TensorType
 from eqsat.speed import LARGE_BYTES, one_call, per_call
+from eqsat.xla_flags import in_force
 
 
 class Call(NamedTuple):
@@ -97,7 +98,9 @@ def default_table() -> Path:
 class KernelTimes:
     """Seconds per ``Call`` on this device, read from ``path`` and written back as calls are timed.
     ``repeats``, ``enough_s``: samples per timing, and how long one call runs for one call to be the
-    timing (``run_seconds``); ``workers``: kernels compiled side by side (default: one per core)."""
+    timing (``run_seconds``); ``workers``: kernels compiled side by side (default: one per core). Its
+    calls are compiled under the compiler options in force where it is made (``eqsat.xla_flags``),
+    those its table is kept for."""
 
     def __init__(
         self,
@@ -106,6 +109,7 @@ class KernelTimes:
         enough_s: float = 0.2,
         workers: int | None = None,
     ) -> None:
+        self.compiler_options = in_force()
         self.path = Path(path) if path else default_table()
         self.repeats, self.enough_s = repeats, enough_s
         self.workers = workers or os.cpu_count() or 1
@@ -150,7 +154,7 @@ class KernelTimes:
                 start = clock()
                 if start + longest >= end:
                     break
-                futures = [_submitted(pool, call) for call in few]
+                futures = [_submitted(pool, call, self.compiler_options) for call in few]
                 left = max(end - clock(), 0.0)
                 if len(wait(futures, timeout=left if math.isfinite(left) else None).done) < len(futures):
                     break
@@ -200,20 +204,22 @@ def _side_by_side(calls: Sequence[Call], workers: int, budget: int) -> Iterator[
         yield few
 
 
-def _submitted(pool: ThreadPoolExecutor, call: Call) -> Future[tuple[Callable[..., Any], list[Any]]]:
-    """``compiled(call)`` in ``pool``; compiled now where no thread can start (the interpreter is
-    shutting down, and ``eqsat.jit``'s background optimization finishes before it exits)."""
+def _submitted(
+    pool: ThreadPoolExecutor, call: Call, options: dict[str, Any]
+) -> Future[tuple[Callable[..., Any], list[Any]]]:
+    """``compiled(call, options)`` in ``pool``; compiled now where no thread can start (the interpreter
+    is shutting down, and ``eqsat.jit``'s background optimization finishes before it exits)."""
     try:
-        return pool.submit(compiled, call)
+        return pool.submit(compiled, call, options)
     except RuntimeError:
         done: Future[tuple[Callable[..., Any], list[Any]]] = Future()
-        done.set_result(compiled(call))
+        done.set_result(compiled(call, options))
         return done
 
 
-def compiled(call: Call) -> tuple[Callable[..., Any], list[Any]]:
-    """``call`` alone, compiled ahead of time (inside a trace, it still runs when called), its constant
-    operands random constants, and random values of the others."""
+def compiled(call: Call, options: dict[str, Any]) -> tuple[Callable[..., Any], list[Any]]:
+    """``call`` alone, compiled ahead of time under the compiler ``options`` (inside a trace, it still
+    runs when called), its constant operands random constants, and random values of the others."""
     from eqsat.lowering import lower
     from eqsat.numerics import random_array
 
@@ -225,7 +231,7 @@ def compiled(call: Call) -> tuple[Callable[..., Any], list[Any]]:
     ]
     program.add_output(program.add_op(call.op, values, **call.attrs))
     args = [random_array(v.type, rng) for v in program.inputs]
-    return jax.jit(lower(program)).lower(*args).compile(), args
+    return jax.jit(lower(program), compiler_options=options or None).lower(*args).compile(), args
 
 
 def run_seconds(
