@@ -398,13 +398,40 @@ def accept(s: State) -> State:
 def measure(s: State) -> State:
     """The outcome checked by measurement on this device where the options ask (``measure``: a gain
     within the model's error), the model's error is unknown, or the choice rests on kernels timed
-    alone: the input is returned where the optimized program was not measured faster."""
+    alone: where the optimized program was not measured faster, the input with only its ops'
+    formulations chosen (``formulations_alone``), where that was, else the input."""
     outcome, model, options = s.outcome, s.model, s.job.options
     assert outcome is not None
     asked = options.measure or math.isinf(model.error) or rests_on_timings(outcome, model, s.limits)
     if not (asked and worth_measuring(outcome, model, always=not options.measure)):
         return s
-    return replace(s, outcome=faster_as_measured(outcome))
+    checked = faster_as_measured(outcome)
+    if checked.program is outcome.original and outcome.program is not outcome.original:
+        checked = formulations_alone(s, checked)
+    return replace(s, outcome=checked)
+
+
+def formulations_alone(s: State, rejected: Outcome) -> Outcome:
+    """Where the optimized program lost to the input as measured, the input optimized again by the
+    rules that only compute an op another way (``Rule.formulation``: a conv's or a pool's algorithm,
+    chosen by the kernels timed), then measured in turn: what the cost model chose around the ops (a
+    layout, a product's epilogue) may have cost more than their formulations gained. ``rejected``
+    where that finds nothing, is cut short, or is not measured faster either."""
+    options = s.job.options
+    rules = tuple(r for r in options.rules if r.formulation)
+    if not rules or len(rules) == len(options.rules):
+        return rejected
+    job = replace(s.job, options=replace(options, rules=rules), progress=None)
+    # its stages' times added to this optimization's
+    local = run(replace(State.of(s.input, job), timings=s.timings), span("bodies", "accept")).outcome
+    if local is None or local.program is local.original or local.report.cut_short:
+        return rejected
+    checked = faster_as_measured(local)
+    if checked.program is checked.original:
+        return rejected
+    names = ", ".join(sorted(local.report.rules_fired))
+    note = f"{rejected.report.note}; the formulations alone ({names}): {checked.report.note}"
+    return replace(checked, report=replace(checked.report, note=note))
 
 
 STAGES = (

@@ -34,6 +34,7 @@ from .terms import (
 
 _HEAD = re.compile(r"\((\w+)")  # the head of each application in a term
 _CTORS = frozenset(op.ctor for op in OPS.values())
+_ARITY = {op.ctor: op.arity for op in OPS.values()}  # VARIADIC (negative) for a list of operands
 
 # ``example(rng, **case)``: bindings for a rule's variables, by name or by ``Var``; a case (one of
 # ``Rule.cases``) picks what the random example may not reach, such as one combination of the dtypes a
@@ -138,6 +139,25 @@ class Rule:
         return frozenset(
             name for v in self.variants for term in v.writes for name in _HEAD.findall(term) if name in _CTORS
         )
+
+    @property
+    def formulation(self) -> bool:
+        """Whether it only computes an op another way: each variant rewrites one op into that op with
+        other attributes (a conv's ``algorithm``), the same operands, nothing around it."""
+
+        def ops(term: str) -> list[str]:
+            return [name for name in _HEAD.findall(term) if name in _CTORS]
+
+        def operands(term: str) -> list[str]:  # of a term of one op: its head's first ``arity`` words
+            head, *words = term.strip("()").split()
+            return words[: _ARITY[head]]
+
+        def one_op(v: Variant | MultiVariant) -> bool:
+            if not isinstance(v, Variant) or len(ops(v.lhs)) != 1 or ops(v.lhs) != ops(v.rhs):
+                return False
+            return _ARITY[ops(v.lhs)[0]] > 0 and operands(v.lhs) == operands(v.rhs)
+
+        return bool(self.variants) and all(one_op(v) for v in self.variants)
 
     def egglog(self, ruleset: str) -> list[str]:
         many = len(self.variants) > 1

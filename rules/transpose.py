@@ -9,7 +9,7 @@ from typing import Any
 
 from eqsat.ir import TensorType
 from eqsat.ops import OPS
-from eqsat.ops.conv import ALGORITHMS
+from eqsat.ops.conv import ALGORITHMS, POOL_ALGORITHMS
 from eqsat.shapes import MAX_RANK
 
 from .base import (
@@ -61,8 +61,9 @@ from .terms import (
     vec,
 )
 
-# A conv's algorithm and a pooling's kind and window as pattern variables (as the conv window's)
-ALGORITHM, POOL_KIND, POOL_WINDOW = var("al"), var("k"), var("win")
+# A conv's algorithm and a pooling's kind, window and algorithm as pattern variables (as the conv
+# window's)
+ALGORITHM, POOL_KIND, POOL_WINDOW, POOL_ALGORITHM = var("al"), var("k"), var("win"), var("pal")
 
 
 def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str | Var, Any]:
@@ -406,7 +407,13 @@ def _relaid(layout: str) -> tuple[Variant, ...]:
     kernel = _OIHW_TO_HWIO if nchw else _HWIO_TO_OIHW
     window = {**WINDOW, "algorithm": ALGORITHM}
     x, w = Transpose("x", perm=into), Transpose("w", perm=kernel)
-    pool = {"kind": POOL_KIND, "window": POOL_WINDOW, "strides": STRIDES, "padding": PADDING}
+    pool = {
+        "kind": POOL_KIND,
+        "window": POOL_WINDOW,
+        "strides": STRIDES,
+        "padding": PADDING,
+        "algorithm": POOL_ALGORITHM,
+    }
     return (
         *both_ways(
             Conv2d("x", "w", **window, layout=layout),
@@ -423,7 +430,14 @@ def _relaid(layout: str) -> tuple[Variant, ...]:
 def _relaid_example(rng: Any) -> dict[str | Var, Any]:
     example = window_example(rng)
     kind = str(rng.choice(["max", "avg"]))
-    return {**example, ALGORITHM: str(rng.choice(ALGORITHMS)), POOL_KIND: kind, POOL_WINDOW: (2, 2)}
+    pooled = str(rng.choice(POOL_ALGORITHMS)) if kind == "max" else "window"
+    return {
+        **example,
+        ALGORITHM: str(rng.choice(ALGORITHMS)),
+        POOL_KIND: kind,
+        POOL_WINDOW: (2, 2),
+        POOL_ALGORITHM: pooled,
+    }
 
 
 RULES = [

@@ -162,3 +162,40 @@ def test_samples_alternate_their_order() -> None:
     times = speed.sampled([thunk("a"), thunk("b"), thunk("c")], samples=4, sample_s=0.0)
     assert ran == list("aabbcc") + list("abccbaabccba")  # two warm-up calls each, then the rounds
     assert [len(t) for t in times] == [4, 4, 4]
+
+
+class FavorsShiftedPools(CostModel):
+    """Every op costs 1 but a shifted pool (0.5): a structural change and a formulation both look cheaper."""
+
+    name = "favors-shifted-pools"
+    error = 10.0
+
+    def op_cost(self, op, attrs, inputs, output):
+        return 0.5 if op == "pool2d" and attrs["algorithm"] == "shifted" else 1.0
+
+
+def test_where_the_optimized_program_loses_its_formulations_alone_are_measured(monkeypatch):
+    """The machine's verdicts are stood in for: any program whose ops differ from the input's loses,
+    one that only computes its ops otherwise wins. The transposes that cancel are left (not a
+    formulation); the pool is computed by shifts, and the result agrees with the program as written."""
+    from collections import Counter
+
+    from eqsat import accept
+    from eqsat.speed import Verdict
+
+    def compared(written, other):
+        same = Counter(op.name for op in written.live_ops()) == Counter(op.name for op in other.live_ops())
+        return Verdict.of([1.0], [0.5 if same else 2.0])
+
+    monkeypatch.setattr(accept, "compared", compared)
+    b = Builder()
+    x = b.input("x", (2, 3, 9, 9))
+    y = b.pool2d(x, kind="max", window=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1), layout="NCHW")
+    program = b.build(b.transpose(b.transpose(b.relu(y), perm=(0, 2, 3, 1)), perm=(0, 3, 1, 2)))
+    result = eqsat.optimize(program, cost=FavorsShiftedPools(), cache=False, measure=True, verify=True)
+    ops = {op.name: op for op in result.program.live_ops()}
+    assert ops["pool2d"].attrs["algorithm"] == "shifted" and "transpose" in ops
+    assert "the input is returned; the formulations alone (pool-max-shifted)" in result.report.note
+    assert result.report.note.endswith("the optimized program is kept")
+    data = np.random.default_rng(0).normal(size=(2, 3, 9, 9)).astype(np.float32)
+    np.testing.assert_array_equal(result.fn(data)[0], jax.jit(eqsat.lowering.lower(program))(data)[0])

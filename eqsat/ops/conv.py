@@ -337,8 +337,11 @@ def _pool2d(
     strides: tuple[int, ...],
     padding: tuple[int, ...],
     layout: str,
+    algorithm: str,
 ) -> Array:
     dims, steps, pads = _window(layout, window, 1), _window(layout, strides, 1), _pads(padding, layout)
+    if algorithm == "shifted":
+        return _max_of_shifts(x, window, strides, pads, CONV_AXES[layout].spatial)
     if kind == "max":
         return lax.reduce_window(x, np.asarray(-np.inf, x.dtype), lax.max, dims, steps, pads)
     total = lax.reduce_window(x, np.asarray(0, x.dtype), lax.add, dims, steps, pads)
@@ -348,6 +351,27 @@ def _pool2d(
         return total / np.asarray(window[0] * window[1], x.dtype)
     ones = jnp.ones(x.shape, x.dtype)
     return total / lax.reduce_window(ones, np.asarray(0, x.dtype), lax.add, dims, steps, pads)
+
+
+def _max_of_shifts(
+    x: Array,
+    window: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads: list[tuple[int, int]],
+    spatial: tuple[int, ...],
+) -> Array:
+    """A max pool as maxima of strided slices, padded with -inf: over the window's rows, then its
+    columns (each a loop XLA fuses; XLA:CPU's reduce-window visits the window element by element)."""
+    x = lax.pad(x, np.asarray(-np.inf, x.dtype), [(lo, hi, 0) for lo, hi in pads])
+    for axis, k, step in zip(spatial, window, strides, strict=True):
+        n = (x.shape[axis] - k) // step + 1
+        if n <= 0:  # the window is larger than the padded data: no output along this dim
+            x = lax.slice_in_dim(x, 0, 0, 1, axis)
+            continue
+        x = functools.reduce(
+            lax.max, (lax.slice_in_dim(x, i, i + step * (n - 1) + 1, step, axis) for i in range(k))
+        )
+    return x
 
 
 def _batch_norm(
@@ -365,10 +389,32 @@ def _conv_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> floa
 
 
 POOL_KINDS = ("max", "sum", "avg", "avg_exclusive")
+# XLA's reduce-window, or (a max pool) the maxima of the data shifted to each tap
+POOL_ALGORITHMS = ("window", "shifted")
 
 
 def _pool_flops(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> float:
     return float(out.size * prod(attrs["window"]))
+
+
+def _pool_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> list[Kernel]:
+    """XLA's reduce-window: one pass; shifted: a pass over the window's rows (the padded data read, the
+    rows' maxima written), then one over its columns."""
+    (x,) = ins
+    if attrs["algorithm"] == "window":
+        return [Kernel(_pool_flops(ins, out, attrs), float(x.nbytes + out.nbytes))]
+    h = CONV_AXES[attrs["layout"]].spatial[0]
+    rows = float(x.nbytes * out.shape[h] / max(x.shape[h], 1))
+    (kh, kw) = attrs["window"]
+    return [Kernel(rows / x.itemsize * kh, x.nbytes + rows), Kernel(float(out.size * kw), rows + out.nbytes)]
+
+
+def _fits_pool(types: Sequence[TensorType], attrs: dict) -> str | None:
+    """Dtype check, and the shifted algorithm for a max pool only."""
+    problem = floats(types, attrs)
+    if not problem and attrs["algorithm"] == "shifted" and attrs["kind"] != "max":
+        return f"the shifted algorithm computes a max pool, not {attrs['kind']}"
+    return problem
 
 
 def _per_channel(types: Sequence[TensorType], attrs: dict) -> str | None:
@@ -522,11 +568,21 @@ CONV = [
         "pool2d",
         1,
         "2-D pooling over window: max, sum, avg (divided by the window's size, padding included) or "
-        "avg_exclusive (by the count of elements inside the input); padding adds -inf for max, 0 else",
-        (Attr("kind", "str", choices=POOL_KINDS), Attr("window", "ints"), *_WINDOW, _LAYOUT),
+        "avg_exclusive (by the count of elements inside the input); padding adds -inf for max, 0 else; "
+        "algorithm: XLA's reduce-window (window), or for a max pool the maxima of the data shifted to "
+        "each of the window's rows, then columns (shifted)",
+        (
+            Attr("kind", "str", choices=POOL_KINDS),
+            Attr("window", "ints"),
+            *_WINDOW,
+            _LAYOUT,
+            Attr("algorithm", "str", "window", POOL_ALGORITHMS),
+        ),
         Pool2d(),
         flops=_pool_flops,
-        check=floats,
+        timed=True,
+        phases=_pool_phases,
+        check=_fits_pool,
         lower=_pool2d,
     ),
     OpDef(
