@@ -416,7 +416,7 @@ def formulations_alone(s: State, rejected: Outcome) -> Outcome:
     rules that only compute an op another way (``Rule.formulation``: a conv's or a pool's algorithm,
     chosen by the kernels timed), then measured in turn: what the cost model chose around the ops (a
     layout, a product's epilogue) may have cost more than their formulations gained. ``rejected``
-    where that finds nothing, is cut short, or is not measured faster either."""
+    where that finds nothing, is cut short, or is not measured faster either (its note then says so)."""
     options = s.job.options
     rules = tuple(r for r in options.rules if r.formulation)
     if not rules or len(rules) == len(options.rules):
@@ -427,11 +427,10 @@ def formulations_alone(s: State, rejected: Outcome) -> Outcome:
     if local is None or local.program is local.original or local.report.cut_short:
         return rejected
     checked = faster_as_measured(local)
-    if checked.program is checked.original:
-        return rejected
     names = ", ".join(sorted(local.report.rules_fired))
     note = f"{rejected.report.note}; the formulations alone ({names}): {checked.report.note}"
-    return replace(checked, report=replace(checked.report, note=note))
+    kept = rejected if checked.program is checked.original else checked
+    return replace(kept, report=replace(kept.report, note=note))
 
 
 STAGES = (

@@ -199,3 +199,7 @@ def test_where_the_optimized_program_loses_its_formulations_alone_are_measured(m
     assert result.report.note.endswith("the optimized program is kept")
     data = np.random.default_rng(0).normal(size=(2, 3, 9, 9)).astype(np.float32)
     np.testing.assert_array_equal(result.fn(data)[0], jax.jit(eqsat.lowering.lower(program))(data)[0])
+    monkeypatch.setattr(accept, "compared", lambda written, other: Verdict.of([1.0], [2.0]))  # both lose
+    result = eqsat.optimize(program, cost=FavorsShiftedPools(), cache=False, measure=True)
+    assert result.program is program
+    assert result.report.note.endswith("the input is returned") and "the formulations alone" in result.report.note
