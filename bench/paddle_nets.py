@@ -205,6 +205,7 @@ DEPLOYED: dict[str, tuple[Callable[[], object], Shapes]] = {
     "resnet50_vd_224": (lambda: resnet50_vd(), ((3, 224, 224),)),
     "mobilenet_v3_large_224": (lambda: models.mobilenet_v3_large(), ((3, 224, 224),)),
     "pp_hgnet_tiny_224": (lambda: pp_hgnet_tiny(), ((3, 224, 224),)),
+    "squeezenet1_0_224": (lambda: models.squeezenet1_0(), ((3, 224, 224),)),
 }
 _ALL = {**NETWORKS, **DEPLOYED}
 
