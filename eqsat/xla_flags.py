@@ -30,11 +30,11 @@ from typing import Any
 
 import jax
 
-Options = Mapping[str, Any] | Iterable[tuple[str, Any]]
+CompilerOptions = Mapping[str, Any] | Iterable[tuple[str, Any]]  # jax.jit's, or their pairs
 _IN_FORCE: ContextVar[tuple[tuple[str, Any], ...]] = ContextVar("eqsat_compiler_options", default=())
 
 
-def as_flags(options: Options) -> tuple[str, ...]:
+def as_flags(options: CompilerOptions) -> tuple[str, ...]:
     """``jax.jit``'s ``compiler_options`` written as XLA flags: ``--name=value``, booleans lower-case."""
     pairs = options.items() if isinstance(options, Mapping) else options
     return tuple(f"--{name}={str(v).lower() if isinstance(v, bool) else v}" for name, v in pairs)
@@ -53,7 +53,7 @@ def in_force() -> dict[str, Any]:
 
 
 @contextmanager
-def compiling_with(options: Options | None) -> Iterator[None]:
+def compiling_with(options: CompilerOptions | None) -> Iterator[None]:
     """Within it, ``options`` are in force (``in_force``) in this thread, those of any outer one not."""
     pairs = (options.items() if isinstance(options, Mapping) else options) if options else ()
     token = _IN_FORCE.set(tuple(sorted(pairs)))

@@ -154,7 +154,8 @@ class Flops(CostModel):
 
 _BACKEND_DEVICE = {"cpu": "cpu", "gpu": "h100", "cuda": "h100", "tpu": "tpu-v5e"}
 TIMED_OPS = frozenset(n for n, d in OPS.items() if d.timed)
-"""The ops no roofline predicts (``OpDef.timed``: convs, transposes, scans, top_k, sorts): timed here."""
+"""The ops no roofline predicts (``OpDef.timed``: convs, pools, transposes, scans, top_k, sorts): timed
+here."""
 
 
 def this_device() -> Device:
