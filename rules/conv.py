@@ -66,6 +66,7 @@ _STATS = ("sc", "b", "m", "v")
 # A conv's window attributes as pattern variables (its examples bind them by the same objects)
 STRIDES, PADDING, DILATIONS, G = var("st"), var("p"), var("dl"), var("g")
 WINDOW = {"strides": STRIDES, "padding": PADDING, "dilations": DILATIONS, "groups": G}
+POOL_WINDOW = var("win")  # a pooling's window
 
 
 def _along(rank: int, axis: int) -> str:
@@ -516,9 +517,6 @@ def window_example(rng: Any, dense: bool = False) -> dict[str | Var, Any]:
         G: groups,
         "act": str(rng.choice(["none", "relu"])),
     }
-
-
-POOL_WINDOW = var("win")
 
 
 def _max_pool(layout: str, algorithm: str) -> str:

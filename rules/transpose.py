@@ -25,7 +25,7 @@ from .base import (
     rule,
     unary_pattern,
 )
-from .conv import PADDING, STRIDES, WINDOW, window_example
+from .conv import PADDING, POOL_WINDOW, STRIDES, WINDOW, window_example
 from .softmax import AXIS, FILL, SHIFTED, ZERO_MASKED
 from .terms import (
     SCALAR,
@@ -41,6 +41,7 @@ from .terms import (
     Reshape,
     Select,
     Softmax,
+    TList,
     Transpose,
     Var,
     append,
@@ -61,9 +62,11 @@ from .terms import (
     vec,
 )
 
-# A conv's algorithm and a pooling's kind, window and algorithm as pattern variables (as the conv
-# window's)
-ALGORITHM, POOL_KIND, POOL_WINDOW, POOL_ALGORITHM = var("al"), var("k"), var("win"), var("pal")
+# A conv's algorithm and a pooling's kind and algorithm as pattern variables (as the conv window's)
+ALGORITHM, POOL_KIND, POOL_ALGORITHM = var("al"), var("k"), var("pal")
+# A concatenation of transposed parts: up to this many parts (SqueezeNet's fire modules join two,
+# PP-HGNet's blocks six)
+CONCAT_PARTS = 6
 
 
 def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str | Var, Any]:
@@ -440,6 +443,28 @@ def _relaid_example(rng: Any) -> dict[str | Var, Any]:
     }
 
 
+def _concat_of_transposes(parts: int) -> Variant:
+    xs = [f"x{i}" for i in range(parts)]
+    concat = constructor("concat")
+    return Variant(
+        concat(TList(*(Transpose(x, perm="p") for x in xs)), axis="ax"),
+        Transpose(concat(TList(*xs), axis=get("p", "ax")), perm="p"),
+    )
+
+
+def _concat_example(rng: Any) -> dict[str | Var, Any]:
+    """Parts of rank 2-4 that differ along the axis ``p`` moves to ``ax``."""
+    rank = int(rng.integers(2, 5))
+    p, ax = rand_perm(rng, rank), int(rng.integers(rank))
+    shape = rand_shape(rng, rank)
+    parts = {}
+    for i in range(CONCAT_PARTS):
+        own = list(shape)
+        own[p[ax]] = int(rng.integers(1, 5))
+        parts[f"x{i}"] = TensorType(tuple(own), "float32")
+    return {**parts, "p": p, "ax": ax}
+
+
 RULES = [
     per_rank(
         "transpose-compose",
@@ -456,6 +481,13 @@ RULES = [
         "a transpose by the identity permutation does nothing",
         lambda r: Variant(Transpose("x", perm="p"), "x", (equal("p", vec(range(r))),)),
         example=lambda rng: (lambda ex: {**ex, "p": tuple(range(len(ex["x"].shape)))})(_rank_example(rng)),
+    ),
+    Rule(
+        "transpose-out-of-concat",
+        "a concatenation of parts transposed alike is the transpose of the parts' concatenation, along "
+        "the axis the transpose moves there: a layout carried across a join",
+        tuple(_concat_of_transposes(n) for n in range(2, CONCAT_PARTS + 1)),
+        _concat_example,
     ),
     *(_through_unary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 1),
     *(_through_binary(op) for op, spec in OPS.items() if spec.elementwise and spec.arity == 2),

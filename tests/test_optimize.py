@@ -82,6 +82,19 @@ def test_unlimited_run_saturates_and_removes_all_transposes():
     assert "transpose" not in result.program.op_counts()
 
 
+def test_a_layout_crosses_a_concatenation():
+    """NHWC parts, each transposed to NCHW, joined along channels and relaid as NHWC: one join of the
+    parts along their own channel axis, no transpose left."""
+    b = Builder()
+    parts = [b.input(f"x{i}", (2, 5, 5, c)) for i, c in enumerate((3, 4, 2))]
+    joined = b.concat(*(b.transpose(x, perm=(0, 3, 1, 2)) for x in parts), axis=1)
+    program = b.build(b.relu(b.transpose(joined, perm=(0, 2, 3, 1))))
+    result = eqsat.optimize(program, rules=["transpose"], cost=NodeCount(), verify=True)
+    assert result.program.op_counts() == {"concat": 1, "relu": 1}
+    (concat,) = [op for op in result.program.live_ops() if op.name == "concat"]
+    assert concat.attrs["axis"] == 3
+
+
 def test_extraction_is_dag_aware_a_shared_subterm_is_paid_once():
     b = Builder()
     x = b.input("x", (8, 8))
