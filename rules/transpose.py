@@ -64,9 +64,10 @@ from .terms import (
 
 # A conv's algorithm and a pooling's kind and algorithm as pattern variables (as the conv window's)
 ALGORITHM, POOL_KIND, POOL_ALGORITHM = var("al"), var("k"), var("pal")
-# A concatenation of transposed parts: up to this many parts (SqueezeNet's fire modules join two,
-# PP-HGNet's blocks six)
-CONCAT_PARTS = 6
+# A concatenation of transposed parts: up to this many parts. SqueezeNet's fire modules join two;
+# matching PP-HGNet's joins of six, whose parts' e-classes each hold several transposes alike, grew one
+# saturation iteration past 24 GB
+CONCAT_PARTS = 3
 
 
 def _rank_example(rng: Any, *perms: str, dtype: str = "float32") -> dict[str | Var, Any]:
