@@ -458,7 +458,7 @@ def _concat_example(rng: Any) -> dict[str | Var, Any]:
     rank = int(rng.integers(2, 5))
     p, ax = rand_perm(rng, rank), int(rng.integers(rank))
     shape = rand_shape(rng, rank)
-    parts = {}
+    parts: dict[str | Var, Any] = {}
     for i in range(CONCAT_PARTS):
         own = list(shape)
         own[p[ax]] = int(rng.integers(1, 5))
