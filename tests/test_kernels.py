@@ -130,6 +130,7 @@ def test_the_default_model_times_this_devices_kernels_a_named_profile_does_not()
     assert Roofline().timed_ops == {
         "conv2d",
         "conv2d_bias_act",
+        "pool2d",
         "transpose",
         "scan",
         "top_k",
