@@ -26,6 +26,7 @@ from eqsat.rules import Rule
 from eqsat.saturate import Iteration, Limits, Stop
 from eqsat.text import DYNAMIC
 from eqsat.xla_flags import compiling_with
+from eqsat.xla_flags import jit as jit_under
 
 
 @dataclass
@@ -145,10 +146,8 @@ class OptimizeResult(Outcome):
             key = tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in args)
             runner = by_signature.get(key)
             if runner is None:
-                options = dict(self.options.compiler_options) if self.options else None
-                runner = by_signature[key] = jax.jit(
-                    lower(self.specialized(*args).program), compiler_options=options or None
-                )
+                options = self.options.compiler_options if self.options else ()
+                runner = by_signature[key] = jit_under(lower(self.specialized(*args).program), options)
             return runner(*args)
 
         return fn

@@ -10,7 +10,7 @@ from typing import Any
 from eqsat.cost import CostModel, get_cost_model
 from eqsat.rules import Rule, resolve
 from eqsat.saturate import Limits
-from eqsat.xla_flags import compiling_with
+from eqsat.xla_flags import compiling_with, normalized
 
 EXTRACTORS = ("auto", "greedy", "ilp", "egglog")
 CARRIED = "carried"  # the extractor of a result carried from another size (``OptimizeResult.specialized``)
@@ -60,7 +60,7 @@ class Options:
     ) -> Options:
         """Options from ``optimize``'s arguments: rules resolved, the cost model built (a model
         named, under the ``compiler_options``: it times its kernels under them)."""
-        in_force = tuple(sorted((compiler_options or {}).items()))
+        in_force = normalized(compiler_options)
         with compiling_with(in_force):
             model = get_cost_model(cost)
         return cls(tuple(resolve(rules)), model, limits or Limits(), verify, extractor, measure, in_force)

@@ -34,9 +34,15 @@ CompilerOptions = Mapping[str, Any] | Iterable[tuple[str, Any]]  # jax.jit's, or
 _IN_FORCE: ContextVar[tuple[tuple[str, Any], ...]] = ContextVar("eqsat_compiler_options", default=())
 
 
+def normalized(options: CompilerOptions | None) -> tuple[tuple[str, Any], ...]:
+    """``options`` as (name, value) pairs sorted by name: one spelling of one set of options."""
+    pairs = (options.items() if isinstance(options, Mapping) else options) if options else ()
+    return tuple(sorted(pairs))
+
+
 def as_flags(options: CompilerOptions) -> tuple[str, ...]:
     """``jax.jit``'s ``compiler_options`` written as XLA flags: ``--name=value``, booleans lower-case."""
-    pairs = options.items() if isinstance(options, Mapping) else options
+    pairs = normalized(options)
     return tuple(f"--{name}={str(v).lower() if isinstance(v, bool) else v}" for name, v in pairs)
 
 
@@ -55,19 +61,18 @@ def in_force() -> dict[str, Any]:
 @contextmanager
 def compiling_with(options: CompilerOptions | None) -> Iterator[None]:
     """Within it, ``options`` are in force (``in_force``) in this thread, those of any outer one not."""
-    pairs = (options.items() if isinstance(options, Mapping) else options) if options else ()
-    token = _IN_FORCE.set(tuple(sorted(pairs)))
+    token = _IN_FORCE.set(normalized(options))
     try:
         yield
     finally:
         _IN_FORCE.reset(token)
 
 
-def jit(fn: Callable[..., Any], **kwargs: Any) -> Any:
-    """``jax.jit(fn, **kwargs)`` under the compiler options in force: how eqsat compiles what it times
-    or checks."""
-    options = in_force()
-    return jax.jit(fn, compiler_options=options or None, **kwargs)
+def jit(fn: Callable[..., Any], options: CompilerOptions | None = None, **kwargs: Any) -> Any:
+    """``jax.jit(fn, **kwargs)`` under the compiler ``options`` (by default those in force): how eqsat
+    compiles what it times, checks or returns."""
+    chosen = dict(normalized(options)) if options is not None else in_force()
+    return jax.jit(fn, compiler_options=chosen or None, **kwargs)
 
 
 def current(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:

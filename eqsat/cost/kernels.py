@@ -32,6 +32,7 @@ from eqsat.host_memory import give_back_freed
 from eqsat.ir import Program, TensorType
 from eqsat.speed import LARGE_BYTES, one_call, per_call
 from eqsat.xla_flags import in_force
+from eqsat.xla_flags import jit as jit_under
 
 
 class Call(NamedTuple):
@@ -231,7 +232,7 @@ def compiled(call: Call, options: dict[str, Any]) -> tuple[Callable[..., Any], l
     ]
     program.add_output(program.add_op(call.op, values, **call.attrs))
     args = [random_array(v.type, rng) for v in program.inputs]
-    return jax.jit(lower(program), compiler_options=options or None).lower(*args).compile(), args
+    return jit_under(lower(program), options).lower(*args).compile(), args
 
 
 def run_seconds(

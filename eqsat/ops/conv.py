@@ -21,7 +21,7 @@ from eqsat.shapes import EggRule, Shape, ShapeRule
 from eqsat.types import TensorType
 
 from . import winograd
-from .base import ACT, AXIS, Attr, Kernel, OpDef, contraction_kind, floats, product_kind, spelled
+from .base import ACT, AXIS, Attr, Kernel, OpDef, contraction_kind, floats, io_bytes, product_kind, spelled
 from .elementwise import ACTIVATIONS
 
 Array = jax.Array
@@ -402,7 +402,7 @@ def _pool_phases(ins: Sequence[TensorType], out: TensorType, attrs: dict) -> lis
     rows' maxima written), then one over its columns."""
     (x,) = ins
     if attrs["algorithm"] == "window":
-        return [Kernel(_pool_flops(ins, out, attrs), float(x.nbytes + out.nbytes))]
+        return [Kernel(_pool_flops(ins, out, attrs), io_bytes(ins, out, attrs))]
     h = CONV_AXES[attrs["layout"]].spatial[0]
     rows = float(x.nbytes * out.shape[h] / max(x.shape[h], 1))
     (kh, kw) = attrs["window"]
