@@ -578,6 +578,22 @@ def test_winograd_is_refused_for_a_conv_it_does_not_compute():
         b.conv2d(x, w, strides=(2, 2), padding=(1, 1, 1, 1), algorithm="winograd-2x2")
 
 
+def test_shifts_are_refused_for_a_pool_that_is_not_a_max():
+    b = Builder()
+    x = b.input("x", (1, 4, 8, 8))
+    with pytest.raises(eqsat.ShapeError, match="the shifted algorithm computes a max pool, not avg"):
+        b.pool2d(x, kind="avg", window=(2, 2), strides=(2, 2), algorithm="shifted")
+    shifted = b.pool2d(
+        x, kind="max", window=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1), algorithm="shifted"
+    )
+    program = b.build(shifted)
+    data = np.random.default_rng(0).normal(size=(1, 4, 8, 8)).astype(np.float32)
+    want = lax.reduce_window(
+        data, -np.inf, lax.max, (1, 1, 3, 3), (1, 1, 2, 2), [(0, 0), (0, 0), (1, 1), (1, 1)]
+    )
+    np.testing.assert_array_equal(jax.jit(lower(program))(data)[0], want)
+
+
 @pytest.mark.parametrize("algorithm", WINOGRAD)
 def test_a_conv_extracted_as_winograd_runs_as_the_program(algorithm):
     """F(2x2, 3x3) is a default rule; F(4x4, 3x3), which rounds about 4x more than the direct sum at
