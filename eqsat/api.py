@@ -42,10 +42,18 @@ class OptimizeResult(Outcome):
         before, after = len(self.original.live_ops()), len(self.program.live_ops())
         report = self.report
         changed = "the input returned" if self.program is self.original else f"{before} -> {after} ops"
+        chosen = f", compiled under {dict(report.compiler_options)}" if report.compiler_options else ""
         return (
-            f"OptimizeResult({changed}, cost ({report.cost_model}) {report.cost_before:.6g} -> "
+            f"OptimizeResult({changed}{chosen}, cost ({report.cost_model}) {report.cost_before:.6g} -> "
             f"{report.cost_after:.6g}, stopped: {report.stop_reason}, cache: {report.cache or 'off'})"
         )
+
+    @property
+    def compiler_options(self) -> tuple[tuple[str, Any], ...]:
+        """The compiler options the program runs under (``fn``, ``eqsat.jit``): those eqsat chose for
+        it, measured faster (``report.compiler_options``), else those it was optimized under."""
+        given = self.options.compiler_options if self.options else ()
+        return self.report.compiler_options or given
 
     def show(
         self,
@@ -146,8 +154,8 @@ class OptimizeResult(Outcome):
             key = tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in args)
             runner = by_signature.get(key)
             if runner is None:
-                options = self.options.compiler_options if self.options else ()
-                runner = by_signature[key] = jit_under(lower(self.specialized(*args).program), options)
+                chosen = self.specialized(*args)
+                runner = by_signature[key] = jit_under(lower(chosen.program), chosen.compiler_options)
             return runner(*args)
 
         return fn
@@ -332,8 +340,11 @@ def _finished(
 
             t = time.perf_counter()
             # called inside a trace (eqsat.jit's), the check runs now, under the program's compiler options
+            # the program as written under the caller's options, the optimized one under those it runs under
+            chosen = outcome.report.compiler_options or None
             with jax.ensure_compile_time_eval(), compiling_with(options.compiler_options):
-                validate(program, outcome.program, rules_fired=sorted(outcome.report.rules_fired))
+                fired = sorted(outcome.report.rules_fired)
+                validate(program, outcome.program, rules_fired=fired, options=chosen)
             timings["verify"] = time.perf_counter() - t
             if cached is not None:  # a later hit of this entry needs no check
                 store.annotate(cached, "verified", True)

@@ -16,6 +16,10 @@
 - ``reproducible`` (``$EQSAT_REPRODUCIBLE``, default off): take no new measurement; every choice is
   made from the timings and verdicts recorded on this device (``cache_dir``) and the cost model alone,
   so a build gives the same programs wherever those records are the same;
+- ``choose_compiler_options`` (``$EQSAT_CHOOSE_COMPILER_OPTIONS``, default on): where a program is given
+  no compiler options and kernels may be timed, eqsat times it under XLA's alternatives for this
+  platform too (``eqsat.xla_flags.ALTERNATIVES``: on CPU, oneDNN's convs) and runs it under the options
+  it ran faster with (``OptimizeResult.compiler_options``); off: never;
 - ``background`` (``$EQSAT_BACKGROUND``, default on): ``eqsat.jit``'s first call of a signature runs
   the function as written (as ``jax.jit`` would) while it is optimized in a background thread; later
   calls run the optimized program. Off: the first call waits for the optimization.
@@ -42,6 +46,7 @@ class Config:
     cache_max_bytes: int
     kernel_seconds: float
     reproducible: bool
+    choose_compiler_options: bool
     background: bool
 
     def update(self, name: str, value: Any) -> None:
@@ -60,13 +65,14 @@ class Config:
 
 
 def _from_environment() -> Config:
-    config = Config(Path.home() / ".cache" / "eqsat", True, 256 * 2**20, 600.0, False, True)
+    config = Config(Path.home() / ".cache" / "eqsat", True, 256 * 2**20, 600.0, False, True, True)
     for name, variable in (
         ("cache_dir", "EQSAT_CACHE_DIR"),
         ("enable_cache", "EQSAT_ENABLE_CACHE"),
         ("cache_max_bytes", "EQSAT_CACHE_MAX_BYTES"),
         ("kernel_seconds", "EQSAT_KERNEL_SECONDS"),
         ("reproducible", "EQSAT_REPRODUCIBLE"),
+        ("choose_compiler_options", "EQSAT_CHOOSE_COMPILER_OPTIONS"),
         ("background", "EQSAT_BACKGROUND"),
     ):
         if variable in os.environ:

@@ -135,26 +135,31 @@ class Jitted:
         # inlined into an enclosing jit's program, as the function itself would be: a nested jit is
         # split in two where it is differentiated, its residuals chosen apart from the rest of the
         # program (on XLA:CPU, a bfloat16 attention's training step ran 1.15x slower so)
-        self._jitted = jax.jit(
-            optimized_trace,
-            static_argnums=self.static_argnums,
-            static_argnames=self.static_argnames,
+        self._jit_options: dict[str, Any] = {
+            "static_argnums": self.static_argnums,
+            "static_argnames": self.static_argnames,
             **{"inline": True, **(jit_options or {})},
-        )
+        }
+        self._hook = optimized_trace
+        self._jitted = jax.jit(optimized_trace, **self._jit_options)
+        # signatures whose program eqsat chose compiler options for (OptimizeResult.compiler_options), and
+        # the jax.jit compiling under each such set
+        self._routes: dict[Any, tuple[tuple[str, Any], ...]] = {}
+        self._under: dict[tuple[tuple[str, Any], ...], Any] = {}
         functools.update_wrapper(self, fn)
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         """``jax.jit(...).lower``: the optimized program lowered to StableHLO (``.as_text()``,
         ``.compile()``); optimizes the signature if it is new."""
-        return self._settled()._jitted.lower(*args, **kwargs)
+        return self._settled()._jitted_for(args, kwargs).lower(*args, **kwargs)
 
     def trace(self, *args: Any, **kwargs: Any) -> Any:
         """``jax.jit(...).trace``: the optimized program's jaxpr (``.jaxpr``), ready to ``.lower()``."""
-        return self._settled()._jitted.trace(*args, **kwargs)
+        return self._settled()._jitted_for(args, kwargs).trace(*args, **kwargs)
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """The output shapes and dtypes (``jax.ShapeDtypeStruct``), as ``jax.jit(...).eval_shape``."""
-        return self._settled()._jitted.eval_shape(*args, **kwargs)
+        return self._settled()._jitted_for(args, kwargs).eval_shape(*args, **kwargs)
 
     def wait(self) -> None:
         """Wait for the optimizations running in the background (``eqsat.config.background``)."""
@@ -196,7 +201,7 @@ class Jitted:
         self._swap_in()
         outer, _CALLER.args = _CALLER.args, (args, kwargs)
         try:  # as cheap a call as jax.jit's: arguments are checked only when jax.jit refuses them
-            return self._jitted(*args, **kwargs)
+            return self._jitted_for(args, kwargs)(*args, **kwargs)
         except Exception as e:
             if isinstance(e, TypeError):
                 self._check_arguments(args, kwargs)
@@ -207,6 +212,28 @@ class Jitted:
             _CALLER.args = outer
             if self._unstarted:
                 self._start()
+
+    def _jitted_for(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """The jax.jit these arguments run through: where eqsat chose compiler options for their
+        signature's program, one compiling under them, unless the call is traced into another program
+        (an enclosing jit's, a derivative's), which compiles under its own; else the function's own."""
+        if not self._routes:  # no signature chose any: a call costs what jax.jit's does
+            return self._jitted
+        chosen = self._routes.get(self._signature(args, kwargs))
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        if chosen is None or any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+            return self._jitted
+        jitted = self._under.get(chosen)
+        if jitted is None:
+            options = {**self._jit_options, "compiler_options": dict(chosen)}
+            jitted = self._under[chosen] = jax.jit(self._hook, **options)
+        return jitted
+
+    def _kept(self, key: Any, result: OptimizeResult) -> None:
+        """``result`` as the signature ``key``'s; routed to the compiler options eqsat chose for it."""
+        self.results[key] = result
+        if result.report.compiler_options:
+            self._routes[key] = result.report.compiler_options
 
     def _warn_once(self, message: str) -> None:
         """A warning, once per message, placed where the function is defined (the call is inside
@@ -264,6 +291,8 @@ class Jitted:
         call traces and optimizes again (the program cache on disk may still hold its result)."""
         self._jitted.clear_cache()  # type: ignore[attr-defined]  # (JAX has it; its stub does not)
         self.results.clear()
+        self._routes.clear()
+        self._under.clear()
 
     def _optimized_trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Runs while jax.jit traces a new signature: trace to a Program, optimize, emit it (or, while
@@ -299,7 +328,7 @@ class Jitted:
             # the optimized program in the cache (a hit is as quick as the call as written)
             hit = cached_result(traced.program, self.options) if provisional and self._likely_hit else None
             if hit is not None:
-                self.results[key] = hit
+                self._kept(key, hit)
             elif provisional and (why := _too_large_to_run_as_written(traced.program)):
                 self._optimized(key, traced.program)
                 report = self.results[key].report
@@ -338,7 +367,7 @@ class Jitted:
     def _optimized(self, key: Any, program: Any) -> None:
         """Optimize ``program``, the signature ``key``'s, now; its result in ``results``."""
         result = optimize_with(program, self.options)
-        self.results[key] = result
+        self._kept(key, result)
         if result.report.cache in ("stored", "hit") and not self._likely_hit:
             ProgramCache().mark(self._hint)
         if result.report.cut_short:

@@ -2,10 +2,11 @@
 
 ``STAGES`` lists them in order: control-flow ``bodies``, ``repeats`` (a repeated block optimized once),
 ``unit_dims``, ``proposals``, ``load``, ``saturate``, ``kernels`` (timed before extraction),
-``extract``, ``accept`` and ``measure``. ``run`` runs them, or a slice of them (``span``), over one
-``State``: each stage is timed under its name (a stage that leaves the state as it was is not
-recorded), and the time limit is checked before each stage it bounds. A stage that decides the result
-early (a failure, the time limit) marks the state ``final`` and no stage runs after it.
+``extract``, ``accept``, ``measure`` and ``compiler_options``. ``run`` runs them, or a slice of
+them (``span``), over one ``State``: each stage is timed under its name (a stage that leaves the state
+as it was is not recorded), and the time limit is checked before each stage it bounds. A stage that
+decides the result early (a failure, the time limit) marks the state ``final`` and no stage runs after
+it.
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ from eqsat.extract import TIE_BREAK, Choice, alternatives, greedy_dag, greedy_tr
 from eqsat.guided import following
 from eqsat.host_memory import give_back_freed
 from eqsat.ir import Program, Value
+from eqsat.ops import OPS
 from eqsat.options import Options
 from eqsat.repeats import Repeats, find_repeats
 from eqsat.report import Outcome, Report
 from eqsat.saturate import Iteration, Limits, SaturationReport, Stop, StopReason, fresh_egraph
 from eqsat.saturate import saturate as saturated
-from eqsat.speed import io_bytes, too_large
+from eqsat.speed import Verdict, compared_under, io_bytes, too_large
 from eqsat.stacking import Alternative
 from eqsat.unit_dims import drop_unit_dims
+from eqsat.xla_flags import alternatives as option_alternatives
 
 ILP_MAX_NODES = 5000  # auto: exact ILP extraction up to this many e-nodes
 DAG_MAX_NODES = 1500  # greedy DAG extraction (quadratic) up to this many; greedy tree cost beyond
@@ -260,6 +263,13 @@ def may_time_kernels(limits: Limits) -> bool:
     return limits.kernel_seconds > 0 and not config.reproducible
 
 
+def may_choose_compiler_options(options: Options) -> bool:
+    """Whether eqsat may choose compiler options for a program optimized with ``options``: the caller
+    gave none, kernels may be timed, and ``eqsat.config.choose_compiler_options`` is on."""
+    chosen = bool(options.compiler_options)
+    return config.choose_compiler_options and not chosen and may_time_kernels(options.limits)
+
+
 def kernels(s: State) -> State:
     """Time the kernels of the e-graph's alternatives the cost model would otherwise estimate, each once
     per device (recorded for every later run), within the safety net of ``limits.kernel_seconds`` (the
@@ -433,6 +443,65 @@ def formulations_alone(s: State, rejected: Outcome) -> Outcome:
     return replace(kept, report=replace(kept.report, note=note))
 
 
+def compiler_options(s: State) -> State:
+    """Where eqsat may choose compiler options (``may_choose_compiler_options``), the outcome and its input
+    compiled under each of XLA's ``eqsat.xla_flags.ALTERNATIVES`` for this platform that changes a
+    kernel they have (on CPU, oneDNN's convs; an inexact one only where the rules admit an inexact
+    rule) and timed against the outcome as it is: the fastest kept,
+    and its options with it (``Report.compiler_options``), where it beat the outcome by a margin noise
+    does not cross. The kernels were timed under the options in force, so the input, under the
+    alternative's own kernels, may beat the outcome there."""
+    import jax
+
+    outcome, options = s.outcome, s.job.options
+    assert outcome is not None
+    if not may_choose_compiler_options(options) or outcome.report.cut_short:
+        return s
+    ops = {op.name for p in (outcome.program, outcome.original) for op in p.live_ops()}
+    kinds = {OPS[name].contraction for name in ops if name in OPS}
+    for alternative in option_alternatives(jax.default_backend()):
+        exact_asked = all(r.exact for r in options.rules)  # IEEE special values kept, as asked
+        if not kinds & alternative.contractions or (exact_asked and not alternative.exact):
+            continue
+        candidates = list({id(p): p for p in (outcome.program, outcome.original)}.values())
+        verdicts = compared_under(outcome.program, candidates, alternative.options)
+        faster = [
+            (v, p) for v, p in zip(verdicts, candidates, strict=True) if isinstance(v, Verdict) and v.replaced
+        ]
+        if not faster:
+            note = f"under {alternative.name}'s options: {_said(verdicts[0])}"
+            report = replace(outcome.report, note=_joined(outcome.report.note, note))
+            outcome = replace(outcome, report=report)
+            continue
+        verdict, program = min(faster, key=lambda vp: vp[0].after_s)
+        which = "the program as written" if program is outcome.original else "the optimized program"
+        note = f"{which} compiled under {alternative.name}'s options ({_said(verdict)}): kept so"
+        cost = outcome.report.cost_after if program is outcome.program else outcome.report.cost_before
+        report = replace(
+            outcome.report,
+            note=_joined(outcome.report.note, note),
+            cost_after=cost,
+            compiler_options=alternative.options,
+        )
+        return replace(s, outcome=replace(outcome, program=program, report=report))
+    return s if outcome is s.outcome else replace(s, outcome=outcome)
+
+
+def _said(verdict: Verdict | str | None) -> str:
+    """A verdict of ``compared_under`` in words, or why there is none."""
+    if not isinstance(verdict, Verdict):
+        return verdict or "not timed"
+    recorded = " (recorded)" if verdict.recorded else ""
+    return (
+        f"timed{recorded}: {verdict.after_s * 1e3:.3g} ms against {verdict.before_s * 1e3:.3g} ms, "
+        f"{verdict.before_s / verdict.after_s:.2f}x against a margin of {verdict.margin:.0%}"
+    )
+
+
+def _joined(*notes: str) -> str:
+    return "; ".join(filter(None, notes))
+
+
 STAGES = (
     Stage("bodies", bodies),
     Stage("repeats", repeats),
@@ -444,6 +513,7 @@ STAGES = (
     Stage("extract", extract, bounded=True),
     Stage("accept", accept),
     Stage("measure", measure),
+    Stage("compiler_options", compiler_options),
 )
 
 

@@ -29,12 +29,16 @@ class Report:
     kernels_timed: int = 0  # kernels timed on this device before extraction (eqsat.cost.kernels)
     kernels_left: int = 0  # kernels of alternatives left untimed for lack of time: a later run times them
     cut_short: str = ""  # which wall-clock safety net cut the optimization short ("": none): never cached
+    # the compiler options eqsat chose for the program, measured faster under them
+    # (eqsat.xla_flags.ALTERNATIVES; none: it runs under those the caller gave)
+    compiler_options: tuple[tuple[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """What a cache entry keeps of this report (the timings are the process's own)."""
         saturation = asdict(self.saturation)
         del saturation["commands"]  # how this process's e-graph was made: the entry keeps no e-graph
-        return {"saturation": saturation, **{k: getattr(self, k) for k in _STORED}}
+        chosen = {"compiler_options": [list(pair) for pair in self.compiler_options]}
+        return {"saturation": saturation, **{k: getattr(self, k) for k in _STORED}, **chosen}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], timings: dict[str, float]) -> Report:
@@ -47,7 +51,9 @@ class Report:
             sat["seconds"],
             sat.get("proposed", {}),
         )
-        return cls(saturation, **{k: data[k] for k in _STORED}, timings=timings, cache="hit")
+        chosen = tuple((str(name), value) for name, value in data.get("compiler_options", ()))
+        stored = {k: data[k] for k in _STORED}
+        return cls(saturation, **stored, timings=timings, cache="hit", compiler_options=chosen)
 
     @property
     def stop_reason(self) -> StopReason | None:
@@ -83,6 +89,8 @@ class Report:
         ]
         if self.cut_short:
             lines.append(f"cut short: {self.cut_short}")
+        if self.compiler_options:
+            lines.append("compiled under: " + ", ".join(f"{k}={v!r}" for k, v in self.compiler_options))
         if self.note:
             lines.append(f"note: {self.note}")
         if self.cache:

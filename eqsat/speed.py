@@ -32,6 +32,7 @@ from eqsat.devices import device_file
 from eqsat.ir import Program, Value
 from eqsat.numerics import random_array
 from eqsat.types import FLOAT_DTYPES
+from eqsat.xla_flags import CompilerOptions, as_flags
 from eqsat.xla_flags import jit as jit_in_force
 
 SAMPLE_S = 2e-3  # a sample is as many calls as take about this long
@@ -238,19 +239,57 @@ def compared(written: Program, other: Program, samples: int = 9) -> Verdict | st
     a margin noise does not cross: both compiled and timed on the same random inputs in interleaved
     samples, the verdict recorded (``judged``); or why they were not run (``too_large``: the program
     as written may need far more memory than ``other``)."""
-    from eqsat.lowering import lower
 
     def measure() -> Verdict | str:
-        args = _random_arguments(arguments(written))
-        compiled = [jit_in_force(lower(p)).lower(*args).compile() for p in (written, other)]
-        need = [compiled_bytes(c) for c in compiled]
-        why = too_large(max(need), need[1], f"the program as written ({need[0] / 2**20:.0f} MiB) or this one")
-        if why:
-            return why
-        before, after = sampled([functools.partial(run, *args) for run in compiled], samples)
-        return Verdict.of(before, after)
+        timed = _timed([(written, None), (other, None)], samples)
+        return timed if isinstance(timed, str) else Verdict.of(*timed)
 
     return judged("program", [str(written), str(other)], measure)
+
+
+def compared_under(
+    baseline: Program, candidates: Sequence[Program], options: CompilerOptions, samples: int = 9
+) -> list[Verdict | str | None]:
+    """Whether each of ``candidates`` (programs of ``baseline``'s signature), compiled under the
+    compiler ``options``, runs faster than ``baseline`` under those in force, as ``compared`` judges:
+    all timed in the same interleaved samples where one has no verdict recorded; each verdict
+    recorded. A compilation the options make fail is a reason, not a verdict."""
+    samples_of: list[list[float]] | str | None = None
+    flags = " ".join(as_flags(options))
+
+    def verdict(i: int) -> Callable[[], Verdict | str]:
+        def measure() -> Verdict | str:
+            nonlocal samples_of
+            if samples_of is None:
+                runs = [(baseline, None), *((c, options) for c in candidates)]
+                try:
+                    samples_of = _timed(runs, samples)
+                except Exception as e:  # an option this XLA does not know, or a program it cannot compile
+                    samples_of = f"compiling under {flags} failed: {type(e).__name__}: {e}"
+            if isinstance(samples_of, str):
+                return samples_of
+            return Verdict.of(samples_of[0], samples_of[i + 1])
+
+        return measure
+
+    return [judged("options", [str(baseline), str(c), flags], verdict(i)) for i, c in enumerate(candidates)]
+
+
+def _timed(runs: Sequence[tuple[Program, CompilerOptions | None]], samples: int) -> list[list[float]] | str:
+    """Interleaved samples of each program compiled under its options (None: those in force), on the
+    same random inputs, the first being the program as written; or why they were not run
+    (``too_large``: the program as written may need far more memory than the others)."""
+    from eqsat.lowering import lower
+
+    args = _random_arguments(arguments(runs[0][0]))
+    compiled = [jit_in_force(lower(p), options).lower(*args).compile() for p, options in runs]
+    need = [compiled_bytes(c) for c in compiled]
+    why = too_large(
+        max(need), min(need[1:]), f"the program as written ({need[0] / 2**20:.0f} MiB) or this one"
+    )
+    if why:
+        return why
+    return sampled([functools.partial(run, *args) for run in compiled], samples)
 
 
 def training_steps(fns: Sequence[Callable[..., Any]], values: Sequence[Value]) -> tuple[list[Any], list[Any]]:

@@ -10,7 +10,7 @@ from eqsat.config import config
 from eqsat.egglog_text import REWRITES
 from eqsat.ir import Program
 from eqsat.options import Options
-from eqsat.pipeline import may_time_kernels
+from eqsat.pipeline import may_choose_compiler_options, may_time_kernels
 from eqsat.report import Outcome, Report
 from eqsat.saturate import Stop
 from eqsat.xla_flags import compiling_with
@@ -33,6 +33,7 @@ def key(program: Program, options: Options, cache: bool | None) -> tuple[str | N
     rules_text = [f"{r.name} {r.exact}\n" + "\n".join([*r.prelude, *r.egglog(REWRITES)]) for r in rules]
     # where new kernels may not be timed, a choice can rest on estimates a timing run would replace
     timing = "timed" if may_time_kernels(limits) else "untimed"
+    timing += " options chosen" if may_choose_compiler_options(options) else ""
     with compiling_with(options.compiler_options):  # the flags the program compiles under, its own too
         flags = " ".join(current_xla_flags())
     parts = [*rules_text, fingerprint, limits.budget(), extractor, timing, flags]

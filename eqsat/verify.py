@@ -27,6 +27,7 @@ from eqsat.ops import OPS
 from eqsat.ranges import Range
 from eqsat.rules import Rule
 from eqsat.saturate import install
+from eqsat.xla_flags import CompilerOptions
 from eqsat.xla_flags import jit as jit_in_force
 
 _TOKEN = re.compile(r"[()\s]+|[^()\s]+")
@@ -309,6 +310,7 @@ def validate(
     rules_fired: Sequence[str] | None = None,
     compile: bool = True,
     kinds: Sequence[str] = INPUT_KINDS,
+    options: CompilerOptions | None = None,
 ) -> None:
     """Run both programs on random inputs of each kind (see ``random_array``) and judge every
     output of the optimized one against the original as it reads (see ``judge``: within the
@@ -320,18 +322,24 @@ def validate(
     Where an inexact rule fired (reassociation, scale motion: fast-math rewrites), inf and NaN inputs
     and results may differ, but a finite result must stay finite and close, and positions (an argmax)
     must hold the same values of what the original ranks (a tie rounding made may be broken
-    otherwise). ``compile=False`` runs the programs op by op (faster for many small programs).
+    otherwise). ``compile=False`` runs the programs op by op (faster for many small programs);
+    compiled, the optimized one runs under the compiler ``options`` (None: those in force), and is then
+    held to the inexact standard (oneDNN's fused relu maps a NaN to 0).
     Raises ``MiscompileError`` naming the output, the input kind and the rules that fired.
     """
     from eqsat.lowering import lower, reference
     from eqsat.rules import ALL_RULES
 
     exactness = {r.name: r.exact for r in ALL_RULES}
-    exact = rules_fired is not None and all(exactness.get(name, False) for name in rules_fired)
+    exact = (
+        options is None
+        and rules_fired is not None
+        and all(exactness.get(name, False) for name in rules_fired)
+    )
     rng = np.random.default_rng(seed)
     f, g = lower(original), lower(optimized)
     if compile:
-        f, g = jit_in_force(f), jit_in_force(g)
+        f, g = jit_in_force(f), jit_in_force(g, options)
     free = [p for p in original.params if p.name not in original.param_values]
     dtype, as_it_reads = loosest(*path_dtypes(original)), reference(original)
     # outputs of positions an inexact rule may have rewritten: compared by the values they hold

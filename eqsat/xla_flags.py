@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -51,6 +52,36 @@ ONEDNN_CPU_OPTIONS: dict[str, Any] = {
     "xla_cpu_experimental_ynn_fusion_type": "",
 }
 ONEDNN_CPU = as_flags(ONEDNN_CPU_OPTIONS)
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Compiler options eqsat may choose for a program it optimizes on ``platform`` where the caller gave
+    none: tried where the program has a kernel of the ``contractions`` they change (``OpDef.contraction``),
+    kept where the program was measured faster under them (``eqsat.pipeline.compiler_options``).
+    ``exact``: whether results stay as IEEE arithmetic has them, infinities and NaNs included (if not,
+    they are tried only where the rules asked for admit an inexact one, as fast-math rewrites are)."""
+
+    name: str
+    platform: str
+    options: tuple[tuple[str, Any], ...]
+    contractions: frozenset[str]
+    exact: bool
+
+
+# oneDNN's convs: on this project's 2-core CPU, plain-JAX networks at 224x224 ran 1.14-1.26x faster
+# under them (ResNet-18 and -50, batch 1 and 8), MobileNetV2 6.96x (XLA's depthwise conv is slow); its
+# bfloat16 products ran at half XLA's rate, so programs of products alone are not tried. Inexact: a relu
+# fused into a oneDNN conv as its post-op maps NaN to 0, where XLA's relu keeps it
+ALTERNATIVES = (
+    Alternative("oneDNN", "cpu", normalized(ONEDNN_CPU_OPTIONS), frozenset({"conv"}), exact=False),
+)
+
+
+def alternatives(platform: str) -> tuple[Alternative, ...]:
+    """The ``ALTERNATIVES`` for ``platform`` not already in force (``$XLA_FLAGS`` or ``compiling_with``)."""
+    flags = set(current())
+    return tuple(a for a in ALTERNATIVES if a.platform == platform and not set(as_flags(a.options)) <= flags)
 
 
 def in_force() -> dict[str, Any]:

@@ -166,3 +166,166 @@ def test_a_benchmark_reruns_itself_under_the_flags_once(tmp_path, monkeypatch):
     assert set(seen.read_text().split()) == set(xla_flags.ONEDNN_CPU)
     monkeypatch.setenv("XLA_FLAGS", " ".join(xla_flags.ONEDNN_CPU))
     assert rerun_under(xla_flags.ONEDNN_CPU, "flagged", [str(seen)]) is None  # the child itself goes on
+
+
+# -- compiler options eqsat chooses: the machine's verdicts stood in for, except where timing is tested
+
+
+INEXACT = ["matmul-assoc"]  # a rule set admitting inexact rewrites (none of them changes a conv)
+
+
+def _onednn() -> tuple[tuple[str, object], ...]:
+    return xla_flags.normalized(xla_flags.ONEDNN_CPU_OPTIONS)
+
+
+def _verdicts(monkeypatch, seconds: list[float] | None):
+    """``compared_under`` standing in for this machine: the candidates (the optimized program, then
+    the input where they differ) take ``seconds`` under the options, against 1 s as they are (none:
+    2 s, slower); the calls, as (baseline, candidates, options)."""
+    from eqsat import pipeline
+    from eqsat.speed import Verdict
+
+    calls = []
+
+    def stand_in(baseline, candidates, options, samples=9):
+        calls.append((baseline, candidates, options))
+        return [Verdict(1.0, s, 0.05, s * 1.05 < 1.0) for s in (seconds or [2.0] * len(candidates))]
+
+    monkeypatch.setattr(pipeline, "compared_under", stand_in)
+    return calls
+
+
+def test_a_program_measured_faster_under_onednns_options_runs_under_them(monkeypatch):
+    import eqsat
+    from eqsat.lowering import lower
+
+    calls = _verdicts(monkeypatch, [0.5])
+    program = _program()
+    result = eqsat.optimize(
+        program, rules=INEXACT, limits=eqsat.Limits(kernel_seconds=60), cache=False, verify=True
+    )
+    assert [(b, c, o) for b, c, o in calls] == [(program, [program], _onednn())]
+    assert result.program is program and result.report.compiler_options == _onednn()
+    assert result.compiler_options == _onednn()
+    assert "the program as written compiled under oneDNN's options (timed: 500 ms against 1e+03 ms" in (
+        result.report.note
+    )
+    assert "compiled under: xla_cpu_experimental_onednn_custom_call=True" in str(result.report)
+    x = np.random.default_rng(0).normal(size=(2, 4, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(result.fn(x)[0], lower(program)(x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_of_the_programs_faster_under_the_options_the_fastest_is_kept(monkeypatch):
+    import eqsat
+    from eqsat.cost import Roofline
+
+    b = Builder()
+    x = b.input("x", (2, 4, 8, 8))
+    w, bias = b.param("w", (4, 4, 3, 3), data=np.ones((4, 4, 3, 3))), b.param("b", (4,), data=np.ones(4))
+    program = b.build(
+        b.relu(b.add(b.conv2d(x, w, padding=(1, 1, 1, 1)), b.reshape(bias, shape=(1, 4, 1, 1))))
+    )
+    untimed = Roofline("cpu")  # no kernel timed: the optimized program differs from the input
+    for faster, kept in (([0.4, 0.6], "optimized"), ([0.6, 0.4], "input")):
+        _verdicts(monkeypatch, faster)
+        result = eqsat.optimize(program, cost=untimed, limits=eqsat.Limits(kernel_seconds=60), cache=False)
+        assert result.report.compiler_options == _onednn()
+        assert (result.program is program) == (kept == "input"), result.report.note
+
+
+def test_where_no_program_ran_faster_under_the_options_none_are_chosen(monkeypatch):
+    import eqsat
+
+    calls = _verdicts(monkeypatch, None)
+    result = eqsat.optimize(_program(), rules=INEXACT, limits=eqsat.Limits(kernel_seconds=60), cache=False)
+    assert len(calls) == 1 and result.report.compiler_options == () and result.compiler_options == ()
+    assert "under oneDNN's options: timed: 2e+03 ms against 1e+03 ms, 0.50x" in result.report.note
+
+
+def test_options_are_not_chosen_where_given_untimed_turned_off_or_changing_no_kernel(monkeypatch):
+    import eqsat
+    from eqsat.config import config
+
+    calls = _verdicts(monkeypatch, [0.5])
+    timed = eqsat.Limits(kernel_seconds=60)
+    b = Builder()
+    x, w = b.input("x", (8, 16)), b.param("w", (16, 4), data=np.ones((16, 4)))
+    products = b.build(b.relu(b.matmul(x, w)))  # oneDNN's products are not an alternative
+    eqsat.optimize(products, rules=INEXACT, limits=timed, cache=False)
+    eqsat.optimize(_program(), rules=INEXACT, limits=eqsat.Limits(kernel_seconds=0), cache=False)
+    given = eqsat.optimize(
+        _program(),
+        rules=INEXACT,
+        limits=timed,
+        cache=False,
+        compiler_options={"xla_cpu_use_thunk_runtime": True},
+    )
+    assert given.compiler_options == (("xla_cpu_use_thunk_runtime", True),)
+    monkeypatch.setattr(config, "choose_compiler_options", False)
+    eqsat.optimize(_program(), rules=INEXACT, limits=timed, cache=False)
+    assert calls == []
+    monkeypatch.setenv("XLA_FLAGS", " ".join(xla_flags.ONEDNN_CPU))  # already in force
+    assert xla_flags.alternatives("cpu") == () and xla_flags.alternatives("gpu") == ()
+
+
+def test_chosen_options_are_cached_with_the_program(monkeypatch):
+    import eqsat
+
+    calls = _verdicts(monkeypatch, [0.5])
+    timed = eqsat.Limits(kernel_seconds=60)
+    first = eqsat.optimize(_program(), rules=INEXACT, limits=timed, cache=True)
+    again = eqsat.optimize(_program(), rules=INEXACT, limits=timed, cache=True)
+    assert (first.report.cache, again.report.cache) == ("stored", "hit") and len(calls) == 1
+    assert again.compiler_options == _onednn()
+    monkeypatch.setattr(eqsat.config, "choose_compiler_options", False)
+    assert eqsat.optimize(_program(), rules=INEXACT, limits=timed, cache=True).report.cache == "stored"
+
+
+def test_eqsat_jit_runs_a_signature_under_the_options_chosen_for_it(monkeypatch):
+    """Called directly, its program compiles under them; traced into another program (a derivative,
+    an enclosing jit) it is part of that program, compiled under that one's options."""
+    import jax
+    import jax.numpy as jnp
+
+    import eqsat
+
+    _verdicts(monkeypatch, [0.5])
+    w = jnp.asarray(np.random.default_rng(0).normal(size=(3, 3, 1, 8)) / 3, jnp.float32)
+
+    def depthwise(x):
+        y = jax.lax.conv_general_dilated(
+            x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=8
+        )
+        return jax.nn.relu(y)
+
+    f = eqsat.jit(depthwise, rules=INEXACT, limits=eqsat.Limits(kernel_seconds=60), verify=True)
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(2, 12, 12, 8)), jnp.float32)
+    small = jnp.ones((1, 6, 6, 8), jnp.float32)
+    np.testing.assert_allclose(f(x), depthwise(x), rtol=1e-5, atol=1e-5)
+    assert f.result(x).compiler_options == _onednn()
+    assert "__onednn$convolution" in f.lower(x).compile().as_text()
+    np.testing.assert_allclose(f(small), depthwise(small), rtol=1e-5, atol=1e-5)  # a signature of its own
+    grad = jax.grad(lambda x: f(x).sum())(x)
+    np.testing.assert_allclose(grad, jax.grad(lambda x: depthwise(x).sum())(x), rtol=1e-4, atol=1e-4)
+    outer = jax.jit(lambda x: f(x) * 2.0)
+    np.testing.assert_allclose(outer(x), depthwise(x) * 2.0, rtol=1e-5, atol=1e-5)
+    assert "__onednn$convolution" not in outer.lower(x).compile().as_text()
+    f.clear_cache()
+    assert not f._routes and not f._under
+
+
+def test_programs_are_timed_under_the_options_together_and_the_verdicts_kept():
+    from eqsat.speed import Verdict, compared_under
+
+    program = _program()
+    b = Builder()
+    x = b.input("x", (2, 4, 8, 8))
+    w = b.param("w", (4, 1, 3, 3), data=np.ones((4, 1, 3, 3)))
+    other = b.build(b.relu(b.relu(b.conv2d(x, w, padding=(1, 1, 1, 1), groups=4))))  # another text
+    verdicts = compared_under(program, [program, other], xla_flags.ONEDNN_CPU_OPTIONS, samples=3)
+    assert all(isinstance(v, Verdict) and not v.recorded for v in verdicts)
+    again = compared_under(program, [program, other], xla_flags.ONEDNN_CPU_OPTIONS, samples=3)
+    assert [(v.before_s, v.after_s) for v in again] == [(v.before_s, v.after_s) for v in verdicts]
+    assert all(v.recorded for v in again)
+    (refused,) = compared_under(program, [program], {"xla_no_such_flag": True}, samples=3)
+    assert isinstance(refused, str) and "compiling under --xla_no_such_flag=true failed" in refused
