@@ -231,6 +231,7 @@ def measure(name: str, repeats: int) -> dict[str, Any]:
         "conv_algorithms": dict(algorithms),
         "transposes": sum(op.name == "transpose" for op in ops),
         "max_rel_error": diff / (scale or 1.0),
+        "compiler_options": dict(result.report.compiler_options),  # eqsat's choice; jax.jit's are XLA's own
     }
 
 

@@ -105,6 +105,7 @@ def measure(name: str, root: Path, repeats: int) -> dict[str, Any]:
         "ops_after": len(result.program.live_ops()),
         "opaque_after": sum(n for op, n in ops.items() if op not in eqsat.ops.OPS),
         "kernel_seconds": kernels(result.program, root / "measured.json"),
+        "compiler_options": dict(result.report.compiler_options),  # eqsat's choice; jax.jit's are XLA's own
     }
 
 

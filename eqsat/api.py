@@ -281,7 +281,10 @@ def optimize(
     compile and time both programs on this device and keep the faster (``report.note`` says which).
     ``compiler_options``: ``jax.jit``'s, for XLA, under which the program will run (as
     ``eqsat.xla_flags.ONEDNN_CPU_OPTIONS``): kernels are timed, programs compared and checked, and the
-    result cached under them, and ``fn`` compiles under them (see ``eqsat.xla_flags``).
+    result cached under them, and ``fn`` compiles under them (see ``eqsat.xla_flags``). Where none are
+    given and kernels may be timed, eqsat times the result under XLA's alternatives for the platform
+    too (``eqsat.xla_flags.ALTERNATIVES``: on CPU, oneDNN's convs) and keeps the options it ran faster
+    with (``compiler_options``; ``eqsat.config.choose_compiler_options`` turns this off).
     """
     options = Options.of(rules, cost, limits, verify, extractor, measure, compiler_options)
     return optimize_with(program, options, progress=progress, cache=cache)

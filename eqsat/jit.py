@@ -491,7 +491,9 @@ def jit(
     ``in_shardings``/``out_shardings`` (a sharded program runs over several devices: XLA partitions
     the optimized program as it would the original), ``keep_unused``, ``device``, ``backend`` and
     ``compiler_options`` mean what they mean to ``jax.jit`` (eqsat times and checks what it chooses under
-    the ``compiler_options`` too, as ``eqsat.optimize`` does); ``inline`` too, but it is on by default:
+    the ``compiler_options`` too, as ``eqsat.optimize`` does; given none, a signature may run under
+    options eqsat measured it faster with, ``f.result(x).compiler_options``); ``inline`` too, but it is
+    on by default:
     the optimized program is inlined into an enclosing jit's, as the function itself would be traced
     there (a nested jit is split in two where it is differentiated). ``measure``: as in
     ``eqsat.optimize``, where the predicted gain is within the cost model's error, both programs

@@ -455,7 +455,7 @@ def compiler_options(s: State) -> State:
 
     outcome, options = s.outcome, s.job.options
     assert outcome is not None
-    if not may_choose_compiler_options(options) or outcome.report.cut_short:
+    if not may_choose_compiler_options(options):
         return s
     ops = {op.name for p in (outcome.program, outcome.original) for op in p.live_ops()}
     kinds = {OPS[name].contraction for name in ops if name in OPS}

@@ -17,6 +17,10 @@ A program may also be compiled under options of its own: ``jax.jit``'s ``compile
 eqsat optimizes such a program, they are in force (``compiling_with``): everything it compiles to time
 or check runs under them (``jit``), and they count among the flags (``current``), so what is measured
 under them is stored apart too.
+
+Where a program is given no options, eqsat may choose them: each of ``ALTERNATIVES`` for the platform
+that changes a kernel of the program is timed against XLA's defaults, and the faster kept
+(``eqsat.pipeline.compiler_options``).
 """
 
 from __future__ import annotations
