@@ -342,8 +342,8 @@ def _finished(
             from eqsat.verify import validate
 
             t = time.perf_counter()
-            # called inside a trace (eqsat.jit's), the check runs now, under the program's compiler options
-            # the program as written under the caller's options, the optimized one under those it runs under
+            # called inside a trace (eqsat.jit's), the check runs now: the program as written under the
+            # caller's compiler options, the optimized one under those it runs under
             chosen = outcome.report.compiler_options or None
             with jax.ensure_compile_time_eval(), compiling_with(options.compiler_options):
                 fired = sorted(outcome.report.rules_fired)

@@ -444,13 +444,12 @@ def formulations_alone(s: State, rejected: Outcome) -> Outcome:
 
 
 def compiler_options(s: State) -> State:
-    """Where eqsat may choose compiler options (``may_choose_compiler_options``), the outcome and its input
-    compiled under each of XLA's ``eqsat.xla_flags.ALTERNATIVES`` for this platform that changes a
-    kernel they have (on CPU, oneDNN's convs; an inexact one only where the rules admit an inexact
-    rule) and timed against the outcome as it is: the fastest kept,
-    and its options with it (``Report.compiler_options``), where it beat the outcome by a margin noise
-    does not cross. The kernels were timed under the options in force, so the input, under the
-    alternative's own kernels, may beat the outcome there."""
+    """Where eqsat may choose compiler options (``may_choose_compiler_options``): the outcome and its
+    input compiled under each of ``eqsat.xla_flags.ALTERNATIVES`` for this platform that changes one
+    of their kernels (on CPU, oneDNN's convs; an inexact alternative only where the rules admit an
+    inexact rule), timed against the outcome under the options in force, and the fastest kept with
+    its options (``Report.compiler_options``) where it won by a margin noise does not cross. The input
+    can win: the kernels were timed under the options in force, not under the alternative's."""
     import jax
 
     outcome, options = s.outcome, s.job.options
@@ -459,8 +458,8 @@ def compiler_options(s: State) -> State:
         return s
     ops = {op.name for p in (outcome.program, outcome.original) for op in p.live_ops()}
     kinds = {OPS[name].contraction for name in ops if name in OPS}
+    exact_asked = all(r.exact for r in options.rules)  # IEEE special values kept, as asked
     for alternative in option_alternatives(jax.default_backend()):
-        exact_asked = all(r.exact for r in options.rules)  # IEEE special values kept, as asked
         if not kinds & alternative.contractions or (exact_asked and not alternative.exact):
             continue
         candidates = list({id(p): p for p in (outcome.program, outcome.original)}.values())
