@@ -314,6 +314,31 @@ def test_eqsat_jit_runs_a_signature_under_the_options_chosen_for_it(monkeypatch)
     assert not f._routes and not f._under
 
 
+def test_a_signature_optimized_in_the_background_runs_under_its_options_once_finished(monkeypatch):
+    import jax
+    import jax.numpy as jnp
+
+    import eqsat
+
+    _verdicts(monkeypatch, [0.5])
+    monkeypatch.setattr(eqsat.config, "background", True)
+    w = jnp.full((3, 3, 1, 4), 0.1, jnp.float32)
+
+    def depthwise(x):
+        y = jax.lax.conv_general_dilated(
+            x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=4
+        )
+        return jax.nn.relu(y)
+
+    f = eqsat.jit(depthwise, rules=INEXACT, limits=eqsat.Limits(kernel_seconds=60))
+    x = jnp.asarray(np.random.default_rng(2).normal(size=(1, 8, 8, 4)), jnp.float32)
+    np.testing.assert_allclose(f(x), depthwise(x), rtol=1e-5, atol=1e-5)  # as written, meanwhile
+    f.wait()
+    np.testing.assert_allclose(f(x), depthwise(x), rtol=1e-5, atol=1e-5)
+    assert list(f._routes.values()) == [_onednn()] and list(f._under) == [_onednn()]
+    assert f._under[_onednn()]._cache_size() == 1  # the call after the optimization ran through it
+
+
 def test_programs_are_timed_under_the_options_together_and_the_verdicts_kept():
     from eqsat.speed import Verdict, compared_under
 
