@@ -331,8 +331,9 @@ def validate(
     from eqsat.rules import ALL_RULES
 
     exactness = {r.name: r.exact for r in ALL_RULES}
+    other_options = compile and options is not None
     exact = (
-        options is None
+        not other_options
         and rules_fired is not None
         and all(exactness.get(name, False) for name in rules_fired)
     )

@@ -355,3 +355,19 @@ def test_programs_are_timed_under_the_options_together_and_the_verdicts_kept():
     assert all(v.recorded for v in again)
     (refused,) = compared_under(program, [program], {"xla_no_such_flag": True}, samples=3)
     assert isinstance(refused, str) and "compiling under --xla_no_such_flag=true failed" in refused
+
+
+def test_onednns_fused_relu_maps_nan_to_zero_so_its_alternative_is_inexact():
+    """Why ``ALTERNATIVES``' oneDNN is inexact, and what ``verify`` then holds it to: finite results
+    close, special values free to differ."""
+    from eqsat.lowering import lower
+    from eqsat.verify import validate
+
+    program = _program()
+    x = np.zeros((2, 4, 8, 8), np.float32)
+    x[0, 0, 4, 4] = np.nan
+    xla = xla_flags.jit(lower(program), {})(x)[0]
+    onednn = xla_flags.jit(lower(program), xla_flags.ONEDNN_CPU_OPTIONS)(x)[0]
+    assert np.isnan(xla[0, 0, 4, 4]) and onednn[0, 0, 4, 4] == 0
+    assert [a.exact for a in xla_flags.ALTERNATIVES] == [False]
+    validate(program, program, rules_fired=[], options=xla_flags.ONEDNN_CPU_OPTIONS)
