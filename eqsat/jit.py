@@ -220,8 +220,9 @@ class Jitted:
         if not self._routes:  # no signature chose any: a call costs what jax.jit's does
             return self._jitted
         chosen = self._routes.get(self._signature(args, kwargs))
-        leaves = jax.tree_util.tree_leaves((args, kwargs))
-        if chosen is None or any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        if chosen is None:
+            return self._jitted
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((args, kwargs))):
             return self._jitted
         jitted = self._under.get(chosen)
         if jitted is None:

@@ -490,11 +490,7 @@ def _said(verdict: Verdict | str | None) -> str:
     """A verdict of ``compared_under`` in words, or why there is none."""
     if not isinstance(verdict, Verdict):
         return verdict or "not timed"
-    recorded = " (recorded)" if verdict.recorded else ""
-    return (
-        f"timed{recorded}: {verdict.after_s * 1e3:.3g} ms against {verdict.before_s * 1e3:.3g} ms, "
-        f"{verdict.before_s / verdict.after_s:.2f}x against a margin of {verdict.margin:.0%}"
-    )
+    return verdict.described(f"{verdict.after_s * 1e3:.3g} ms against {verdict.before_s * 1e3:.3g} ms")
 
 
 def _joined(*notes: str) -> str:

@@ -70,11 +70,15 @@ class Verdict:
         return cls(fast_before, fast_after, margin, fast_after * (1 + margin) < fast_before)
 
     def __str__(self) -> str:
-        source = " (recorded)" if self.recorded else ""
-        return (
-            f"timed{source}: as written {self.before_s * 1e3:.3g} ms, optimized {self.after_s * 1e3:.3g} ms, "
-            f"{self.before_s / self.after_s:.2f}x against a margin of {self.margin:.0%}"
+        return self.described(
+            f"as written {self.before_s * 1e3:.3g} ms, optimized {self.after_s * 1e3:.3g} ms"
         )
+
+    def described(self, times: str) -> str:
+        """The verdict in words, its two times as ``times`` says them."""
+        source = " (recorded)" if self.recorded else ""
+        ratio = self.before_s / self.after_s
+        return f"timed{source}: {times}, {ratio:.2f}x against a margin of {self.margin:.0%}"
 
 
 class Verdicts:
