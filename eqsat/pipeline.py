@@ -38,7 +38,10 @@ from eqsat.saturate import saturate as saturated
 from eqsat.speed import Verdict, compared_under, io_bytes, too_large
 from eqsat.stacking import Alternative
 from eqsat.unit_dims import drop_unit_dims
+from eqsat.verify import disagreement_under
+from eqsat.xla_flags import Alternative as OptionsAlternative
 from eqsat.xla_flags import alternatives as option_alternatives
+from eqsat.xla_flags import compiling_with
 
 ILP_MAX_NODES = 5000  # auto: exact ILP extraction up to this many e-nodes
 DAG_MAX_NODES = 1500  # greedy DAG extraction (quadratic) up to this many; greedy tree cost beyond
@@ -448,8 +451,10 @@ def compiler_options(s: State) -> State:
     input compiled under each of ``eqsat.xla_flags.ALTERNATIVES`` for this platform that changes one
     of their kernels (on CPU, oneDNN's convs; an inexact alternative only where the rules admit an
     inexact rule), timed against the outcome under the options in force, and the fastest kept with
-    its options (``Report.compiler_options``) where it won by a margin noise does not cross. The input
-    can win: the kernels were timed under the options in force, not under the alternative's."""
+    its options (``Report.compiler_options``) where it won by a margin noise does not cross. Where
+    one of them ran faster under the alternative at all, the input is also optimized again under it
+    (``optimized_under``: its kernels timed under it, as they run there) and that program timed so
+    too: the kernels were timed under the options in force, not under the alternative's."""
     import jax
 
     outcome, options = s.outcome, s.job.options
@@ -460,30 +465,95 @@ def compiler_options(s: State) -> State:
     kinds = {OPS[name].contraction for name in ops if name in OPS}
     exact_asked = all(r.exact for r in options.rules)  # IEEE special values kept, as asked
     for alternative in option_alternatives(jax.default_backend()):
-        if not kinds & alternative.contractions or (exact_asked and not alternative.exact):
-            continue
-        candidates = list({id(p): p for p in (outcome.program, outcome.original)}.values())
-        verdicts = compared_under(outcome.program, candidates, alternative.options)
-        faster = [
-            (v, p) for v, p in zip(verdicts, candidates, strict=True) if isinstance(v, Verdict) and v.replaced
-        ]
-        if not faster:
-            note = f"under {alternative.name}'s options: {_said(verdicts[0])}"
-            report = replace(outcome.report, note=_joined(outcome.report.note, note))
-            outcome = replace(outcome, report=report)
-            continue
-        verdict, program = min(faster, key=lambda vp: vp[0].after_s)
-        which = "the program as written" if program is outcome.original else "the optimized program"
-        note = f"{which} compiled under {alternative.name}'s options ({_said(verdict)}): kept so"
-        cost = outcome.report.cost_after if program is outcome.program else outcome.report.cost_before
-        report = replace(
-            outcome.report,
-            note=_joined(outcome.report.note, note),
-            cost_after=cost,
-            compiler_options=alternative.options,
-        )
-        return replace(s, outcome=replace(outcome, program=program, report=report))
+        if kinds & alternative.contractions and (alternative.exact or not exact_asked):
+            outcome, chosen = _timed_under(s, outcome, alternative)
+            if chosen:
+                break
     return s if outcome is s.outcome else replace(s, outcome=outcome)
+
+
+def _timed_under(s: State, outcome: Outcome, alternative: OptionsAlternative) -> tuple[Outcome, bool]:
+    """``outcome`` with the fastest of its candidates under ``alternative`` kept to run under it, and
+    True; or noted as not faster under it, and False."""
+    candidates = list({id(p): p for p in (outcome.program, outcome.original)}.values())
+    verdicts = compared_under(outcome.program, candidates, alternative.options)
+    again = None
+    if any(isinstance(v, Verdict) and v.after_s < v.before_s for v in verdicts):
+        again = optimized_under(s, alternative)
+    if again is not None:
+        outcome = _counting(outcome, again)
+        if str(again.program) in {str(p) for p in candidates}:
+            again = None  # nothing new to time
+        else:
+            candidates.append(again.program)
+            verdicts += compared_under(outcome.program, [again.program], alternative.options)
+    faster = [
+        (v, p) for v, p in zip(verdicts, candidates, strict=True) if isinstance(v, Verdict) and v.replaced
+    ]
+    if not faster:
+        return _noted(outcome, f"under {alternative.name}'s options: {_said(verdicts[0])}"), False
+    rejected = []
+    for verdict, program in sorted(faster, key=lambda vp: vp[0].after_s / vp[0].before_s):
+        which = _which(program, outcome, again, alternative)
+        problem = disagreement_under(program, alternative.options)
+        if problem is None:
+            return _kept_under(outcome, program, again, which, verdict, alternative), True
+        rejected.append(f"{which} disagreed with itself so ({problem})")
+    return _noted(outcome, f"under {alternative.name}'s options: {'; '.join(rejected)}: not kept"), False
+
+
+def _which(program: Program, outcome: Outcome, again: Outcome | None, alternative: OptionsAlternative) -> str:
+    """Which candidate of ``_timed_under`` ``program`` is, in words."""
+    if again is not None and program is again.program:
+        return f"the program optimized again under {alternative.name}'s options, its kernels timed so,"
+    return "the program as written" if program is outcome.original else "the optimized program"
+
+
+def _kept_under(
+    outcome: Outcome,
+    program: Program,
+    again: Outcome | None,
+    which: str,
+    verdict: Verdict,
+    alternative: OptionsAlternative,
+) -> Outcome:
+    """``program`` (the outcome's, its input, or ``again``'s) kept to run under ``alternative``'s
+    options, with the report of the optimization that found it (counting both, where it was ``again``)."""
+    base = outcome
+    if again is not None and program is again.program:
+        counted = {f: getattr(outcome.report, f) for f in ("kernels_timed", "kernels_left", "cut_short")}
+        base = replace(again, report=replace(again.report, **counted))
+    elif program is outcome.original:
+        base = replace(outcome, report=replace(outcome.report, cost_after=outcome.report.cost_before))
+    base = _noted(base, f"{which} compiled under {alternative.name}'s options ({_said(verdict)}): kept so")
+    return replace(base, program=program, report=replace(base.report, compiler_options=alternative.options))
+
+
+def optimized_under(s: State, alternative: OptionsAlternative) -> Outcome | None:
+    """The input optimized again, with its own time limit, under ``alternative``'s options: its kernels
+    timed, and its gain measured, compiled under them; None where the cost model's prices do not depend on the
+    options (``CostModel.under_options_in_force``)."""
+    with compiling_with(alternative.options):
+        model = s.model.under_options_in_force()
+        if model is None:
+            return None
+        options = replace(s.job.options, cost=model, compiler_options=alternative.options)
+        job = Job.of(options, template=s.job.template)  # its own time limit, as any optimization
+        # its stages' times added to this optimization's
+        return run(replace(State.of(s.input, job), timings=s.timings), span("bodies", "measure")).outcome
+
+
+def _counting(outcome: Outcome, again: Outcome) -> Outcome:
+    """``outcome`` counting the kernels ``again`` timed and left, and cut short where ``again`` was:
+    never cached then, so that the next optimization times what it left."""
+    cut = again.report.cut_short and f"optimized again under other options: {again.report.cut_short}"
+    report = replace(
+        outcome.report,
+        kernels_timed=outcome.report.kernels_timed + again.report.kernels_timed,
+        kernels_left=outcome.report.kernels_left + again.report.kernels_left,
+        cut_short=_joined(outcome.report.cut_short, cut),
+    )
+    return replace(outcome, report=report)
 
 
 def _said(verdict: Verdict | str | None) -> str:
@@ -491,6 +561,10 @@ def _said(verdict: Verdict | str | None) -> str:
     if not isinstance(verdict, Verdict):
         return verdict or "not timed"
     return verdict.described(f"{verdict.after_s * 1e3:.3g} ms against {verdict.before_s * 1e3:.3g} ms")
+
+
+def _noted(outcome: Outcome, note: str) -> Outcome:
+    return replace(outcome, report=replace(outcome.report, note=_joined(outcome.report.note, note)))
 
 
 def _joined(*notes: str) -> str:

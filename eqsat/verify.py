@@ -365,3 +365,24 @@ def validate(
                     f"output {i} ({original.output_names[i]}) on {kind} inputs: {problem}; "
                     f"rules fired: {', '.join(rules_fired or ()) or 'none'}"
                 )
+
+
+def disagreement_under(program: Program, options: CompilerOptions, seed: int = 0) -> str | None:
+    """How ``program`` compiled under the compiler ``options`` disagrees with itself compiled under
+    those in force, on normal random inputs, beyond the tolerance of its narrowest dtype; None where
+    it agrees. A check on the compiler, not on a rewrite: an option that hands kernels to another
+    library can hand them to a bug (XLA's oneDNN path computed a bfloat16 depthwise conv wrongly on
+    an AMX CPU, past its first row of outputs)."""
+    from eqsat.lowering import lower
+
+    rng = np.random.default_rng(seed)
+    free = [p for p in program.params if p.name not in program.param_values]
+    args = [random_array(v.type, rng, "normal") for v in [*program.inputs, *free]]
+    fn = lower(program)  # compiled ahead of time: this may run while another function is traced
+    want, got = (jit_in_force(fn, o).lower(*args).compile()(*args) for o in (None, options))
+    dtype = loosest(*path_dtypes(program))
+    for i, (a, b) in enumerate(zip(want, got, strict=True)):
+        problem = compare(a, b, dtype, strict=False)
+        if problem is not None:
+            return f"output {i} ({program.output_names[i]}): {problem}"
+    return None

@@ -111,10 +111,21 @@ class KernelTimes:
         workers: int | None = None,
     ) -> None:
         self.compiler_options = in_force()
+        self.given = path is not None  # a table of the caller's, not the options' own
         self.path = Path(path) if path else default_table()
         self.repeats, self.enough_s = repeats, enough_s
         self.workers = workers or os.cpu_count() or 1
         self._timed = _read(self.path)
+
+    def in_force(self) -> KernelTimes | None:
+        """A table like this one for the compiler options now in force: their own default table (this
+        one where they are this one's). None where this table was given a path: it keeps one set of
+        options' timings."""
+        if self.given:
+            return None
+        if in_force() == self.compiler_options:
+            return self
+        return KernelTimes(repeats=self.repeats, enough_s=self.enough_s, workers=self.workers)
 
     def __len__(self) -> int:
         return len(self._timed)

@@ -9,6 +9,7 @@ dependence, calibrated by measurement.
 
 from __future__ import annotations
 
+import copy
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,6 +44,16 @@ class Measured(CostModel):
         self.budget, self.max_estimate_s = budget, max_estimate_s
         self.roofline = Roofline(this_device())  # the roofline alone
         self.measured_now = 0
+
+    def under_options_in_force(self) -> CostModel | None:
+        """The same model over the table of the options in force (its own budget); None where its
+        table was given (``KernelTimes.in_force``)."""
+        timings = self.timings.in_force()
+        if timings is None:
+            return None
+        model = copy.copy(self)
+        model.timings, model.measured_now = timings, 0
+        return model
 
     def fingerprint(self) -> str | None:
         """The timings known when asked (a table that grows misses once more, then hits)."""

@@ -7,6 +7,7 @@ same signature as ``CostModel.op_cost``.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -51,6 +52,13 @@ class CostModel:
         ``alternatives`` (one sequence per value) that the model would otherwise estimate; how many
         it timed, and how many it left untimed. The base model times none."""
         return 0, 0
+
+    def under_options_in_force(self) -> CostModel | None:
+        """This model for programs compiled under the compiler options now in force
+        (``eqsat.xla_flags.compiling_with``) where its costs depend on them: one that times kernels on
+        this device, timing them under those options into their own table. None (the base model): its
+        costs do not depend on them."""
+        return None
 
     def call_cost(self, call: Call) -> float:
         """The cost of ``call``, knowing which operands are known at compile time (``Call.constant``);
@@ -239,6 +247,16 @@ class Roofline(CostModel):
         ordered = alternatives_first(alternatives, lambda c: self.estimate(c.op, c.attrs, c.inputs, c.output))
         timed = self.timings.time(ordered, seconds) if seconds > 0 else 0
         return timed, sum(self.timings.get(c) is None for c in ordered)
+
+    def under_options_in_force(self) -> CostModel | None:
+        """With timings, the same roofline over the table of the options in force; None where it
+        times nothing or its table was given (``KernelTimes.in_force``)."""
+        timings = self.timings.in_force() if self.timings is not None else None
+        if timings is None:
+            return None
+        model = copy.copy(self)
+        model.timings, model._known = timings, {}
+        return model
 
     def fingerprint(self) -> str | None:
         """The device profile, and the table of timings (its file: one per device kind). Not the
