@@ -29,13 +29,15 @@ def interleaved(
     repeats: int = 10,
     statistic: Callable[[list[float]], float] = statistics.median,
     sample_s: float = 2e-3,
+    pause_s: float = 0.0,
 ) -> dict[str, float]:
     """Seconds per call of each thunk (median over ``repeats`` samples, or ``statistic``), samples
     interleaved (a, b, b, a, a, b, ...: rounds alternate their order) after one warm-up each
-    (``eqsat.speed.per_call``). A sample is one call, or for calls shorter than ``sample_s`` as many
-    calls as take about that long (as ``timeit`` autoranges): single calls of tens of microseconds
-    measure the timer and the scheduler more than the call."""
-    return dict(zip(fns, per_call(list(fns.values()), repeats, statistic, sample_s), strict=True))
+    (``eqsat.speed.per_call``; ``pause_s``: an untimed pause after each sample). A sample is one
+    call, or for calls shorter than ``sample_s`` as many calls as take about that long (as
+    ``timeit`` autoranges): single calls of tens of microseconds measure the timer and the scheduler
+    more than the call."""
+    return dict(zip(fns, per_call(list(fns.values()), repeats, statistic, sample_s, pause_s), strict=True))
 
 
 def against_jax(times: dict[str, float]) -> dict[str, float]:

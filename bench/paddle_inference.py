@@ -1,8 +1,9 @@
 """eqsat against Paddle Inference on whole Paddle networks saved as users save them
 (bench/paddle_nets.py): each file loaded by eqsat with no help and optimized (its ``fn``, jitted), the
 same file unoptimized (``eqsat.lowering.lower`` under ``jax.jit``: the plain-JAX baseline), and Paddle
-Inference's CPU predictor with oneDNN off and on, on as many threads as XLA uses (every core); eqsat
-and the baseline timed interleaved, then Paddle's two predictors interleaved, in one process (median).
+Inference's CPU predictor with oneDNN off and on, on as many threads as XLA uses (every core); all four
+timed interleaved in one process (median), each sample followed by an untimed pause (Paddle's OpenMP
+threads spin for 200 ms after a run, and slowed an XLA call that came right after by up to 2x).
 Each row also sums the optimized program's ops timed one by one (``Measured``), by kind, and what its
 NCHW convolutions would take as NHWC.
 
@@ -43,6 +44,7 @@ from eqsat.ir import OPAQUE, Program, TensorType
 from eqsat.lowering import lower
 
 BATCH = 8
+PAUSE_S = 0.3  # after each sample: longer than Intel's OpenMP spins after a parallel region (200 ms)
 QUICK = ("resnet18", "transformer_encoder", "lstm")
 NCHW_TO_NHWC, OIHW_TO_HWIO = (0, 2, 3, 1), (2, 3, 1, 0)
 
@@ -83,12 +85,15 @@ def measure(name: str, root: Path, repeats: int) -> dict[str, Any]:
         float(np.max(np.abs(np.asarray(g) - w)) / (np.max(np.abs(w)) or 1.0))
         for g, w in zip(optimized(*xs), want, strict=True)
     )
-    # eqsat and jax interleaved; Paddle's two predictors interleaved after them (Paddle's OpenMP threads
-    # keep spinning after a run and slowed the XLA call that followed them by up to 2x)
-    times = interleaved({"eqsat": lambda: optimized(*xs), "jax": lambda: plain(*xs)}, repeats)
-    times |= interleaved(
-        {"paddle": lambda: paddle_cpu(xs), "paddle_onednn": lambda: paddle_onednn(xs)}, repeats
-    )
+    # all four interleaved, each sample followed by a pause: Paddle's OpenMP threads keep spinning after
+    # a run (200 ms) and slowed the XLA call that followed them by up to 2x
+    sides = {
+        "eqsat": lambda: optimized(*xs),
+        "jax": lambda: plain(*xs),
+        "paddle": lambda: paddle_cpu(xs),
+        "paddle_onednn": lambda: paddle_onednn(xs),
+    }
+    times = interleaved(sides, repeats, pause_s=PAUSE_S)
     ops = result.program.op_counts()
     return {
         "network": name,

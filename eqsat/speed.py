@@ -162,14 +162,15 @@ def judged[R](kind: str, texts: Sequence[str], measure: Callable[[], R]) -> Verd
 
 
 def sampled(
-    thunks: Sequence[Callable[[], Any]], samples: int = 7, sample_s: float = SAMPLE_S
+    thunks: Sequence[Callable[[], Any]], samples: int = 7, sample_s: float = SAMPLE_S, pause_s: float = 0.0
 ) -> list[list[float]]:
     """Seconds per call of each thunk in ``samples`` interleaved samples, after a warm-up call each; a
     sample is as many calls as take about ``sample_s``. Rounds alternate the thunks' order (first to
     last, then last to first), so that no thunk always runs right after the same one: a call timed
     after one that freed gigabytes is slower (causal attention at S = 16384 in bfloat16, on this
     2-core VM: a median 1.87 s after jax.jit's 8 GiB call, 1.67 s after itself), and a fixed order
-    charged that to one side only."""
+    charged that to one side only. ``pause_s``: an untimed pause after each sample, for thunks of
+    another runtime whose threads keep spinning after a call (Intel's OpenMP, for 200 ms)."""
     calls = []
     for thunk in thunks:
         jax.block_until_ready(thunk())
@@ -190,6 +191,7 @@ def sampled(
             times[i].append(seconds / calls[i])
             if seconds >= RELEASE_AFTER_S:
                 released()
+            time.sleep(pause_s)
     return times
 
 
@@ -228,9 +230,10 @@ def per_call(
     samples: int = 7,
     statistic: Callable[[list[float]], float] = min,
     sample_s: float = SAMPLE_S,
+    pause_s: float = 0.0,
 ) -> list[float]:
     """Seconds per call of each thunk: ``statistic`` of ``samples`` interleaved samples (``sampled``)."""
-    return [statistic(t) for t in sampled(thunks, samples, sample_s)]
+    return [statistic(t) for t in sampled(thunks, samples, sample_s, pause_s)]
 
 
 def arguments(program: Program) -> list[Value]:
