@@ -19,7 +19,8 @@ or check runs under them (``jit``), and they count among the flags (``current``)
 under them is stored apart too.
 
 Where a program is given no options, eqsat may choose them: each of ``ALTERNATIVES`` for the platform
-that changes a kernel of the program is timed against XLA's defaults, and the faster kept
+that changes a kernel of the program is timed against XLA's defaults (the program optimized again
+under it where it ran faster), and the fastest kept where it agrees with itself under the defaults
 (``eqsat.pipeline.compiler_options``).
 """
 
@@ -76,7 +77,8 @@ class Alternative:
 # oneDNN's convs: on this project's 2-core CPU, plain-JAX networks at 224x224 ran 1.14-1.26x faster
 # under them (ResNet-18 and -50, batch 1 and 8), MobileNetV2 6.96x (XLA's depthwise conv is slow); its
 # bfloat16 products ran at half XLA's rate, so programs of products alone are not tried. Inexact: a relu
-# fused into a oneDNN conv as its post-op maps NaN to 0, where XLA's relu keeps it
+# fused into a oneDNN conv as its post-op maps NaN to 0, where XLA's relu keeps it. On an AMX Xeon its
+# bfloat16 depthwise convs can be wrong: a program is kept under it only where it agrees with itself
 ALTERNATIVES = (
     Alternative("oneDNN", "cpu", normalized(ONEDNN_CPU_OPTIONS), frozenset({"conv"}), exact=False),
 )
