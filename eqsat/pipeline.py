@@ -505,7 +505,7 @@ def _timed_under(s: State, outcome: Outcome, alternative: OptionsAlternative) ->
 def _which(program: Program, outcome: Outcome, again: Outcome | None, alternative: OptionsAlternative) -> str:
     """Which candidate of ``_timed_under`` ``program`` is, in words."""
     if again is not None and program is again.program:
-        return f"the program optimized again under {alternative.name}'s options, its kernels timed so,"
+        return f"the program optimized again for {alternative.name}'s options (its kernels timed under them)"
     return "the program as written" if program is outcome.original else "the optimized program"
 
 
@@ -530,9 +530,9 @@ def _kept_under(
 
 
 def optimized_under(s: State, alternative: OptionsAlternative) -> Outcome | None:
-    """The input optimized again, with its own time limit, under ``alternative``'s options: its kernels
-    timed, and its gain measured, compiled under them; None where the cost model's prices do not depend on the
-    options (``CostModel.under_options_in_force``)."""
+    """The input optimized again, with its own time limit, under ``alternative``'s options: its
+    kernels timed, and its gain measured, compiled under them; None where the cost model's prices do
+    not depend on the options (``CostModel.under_options_in_force``)."""
     with compiling_with(alternative.options):
         model = s.model.under_options_in_force()
         if model is None:
