@@ -482,8 +482,9 @@ def _timed_under(s: State, outcome: Outcome, alternative: OptionsAlternative) ->
         again = optimized_under(s, alternative)
     if again is not None:
         outcome = _counting(outcome, again)
-        if str(again.program) in {str(p) for p in candidates}:
-            again = None  # nothing new to time
+        if str(again.program) in {str(p) for p in candidates}:  # nothing new to time
+            outcome = _noted(outcome, f"optimized again for {alternative.name}'s options: no other program")
+            again = None
         else:
             candidates.append(again.program)
             verdicts += compared_under(outcome.program, [again.program], alternative.options)

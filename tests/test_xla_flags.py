@@ -222,6 +222,7 @@ def test_a_program_measured_faster_under_onednns_options_runs_under_them(monkeyp
     assert "the program as written compiled under oneDNN's options (timed: 500 ms against 1e+03 ms" in (
         result.report.note
     )
+    assert "optimized again for oneDNN's options: no other program" in result.report.note
     assert "compiled under: xla_cpu_experimental_onednn_custom_call=True" in str(result.report)
     x = np.random.default_rng(0).normal(size=(2, 4, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(result.fn(x)[0], lower(program)(x)[0], rtol=1e-5, atol=1e-5)
