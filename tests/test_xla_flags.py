@@ -498,3 +498,21 @@ def test_options_that_compute_a_program_wrongly_are_not_chosen(monkeypatch):
     _verdicts(monkeypatch, [0.5])
     result = eqsat.optimize(_depthwise_bfloat16(), rules=INEXACT, limits=eqsat.Limits(kernel_seconds=60))
     assert result.compiler_options == () and "disagreed with itself so" in result.report.note
+
+
+def test_a_model_that_times_kernels_times_them_under_the_options_in_force_into_their_table(tmp_path):
+    from eqsat.cost import Measured, Roofline
+    from eqsat.cost.kernels import KernelTimes
+
+    here, measured = Roofline(), Measured()
+    given = Roofline(here.device, KernelTimes(tmp_path / "mine.json"))
+    assert here.under_options_in_force().timings is here.timings  # the options it was made under
+    with xla_flags.compiling_with(xla_flags.ONEDNN_CPU_OPTIONS):
+        for model in (here, measured):
+            again = model.under_options_in_force()
+            assert type(again) is type(model) and again.timings.path != model.timings.path
+            assert again.timings.compiler_options == xla_flags.ONEDNN_CPU_OPTIONS
+        assert here.under_options_in_force().fingerprint() != here.fingerprint()  # names its table
+        assert Roofline("cpu").under_options_in_force() is None  # times nothing
+        assert given.under_options_in_force() is None  # its table holds one set of options' timings
+        assert Measured(tmp_path / "mine.json").under_options_in_force() is None
