@@ -191,7 +191,8 @@ def sampled(
             times[i].append(seconds / calls[i])
             if seconds >= RELEASE_AFTER_S:
                 released()
-            time.sleep(pause_s)
+            if pause_s:
+                time.sleep(pause_s)
     return times
 
 

@@ -27,6 +27,7 @@ from eqsat.ops import OPS
 from eqsat.ranges import Range
 from eqsat.rules import Rule
 from eqsat.saturate import install
+from eqsat.speed import arguments
 from eqsat.xla_flags import CompilerOptions
 from eqsat.xla_flags import jit as jit_in_force
 
@@ -371,13 +372,12 @@ def disagreement_under(program: Program, options: CompilerOptions, seed: int = 0
     """How ``program`` compiled under the compiler ``options`` disagrees with itself compiled under
     those in force, on normal random inputs, beyond the tolerance of its narrowest dtype; None where
     it agrees. A check on the compiler, not on a rewrite: an option that hands kernels to another
-    library can hand them to a bug (XLA's oneDNN path computed a bfloat16 depthwise conv wrongly on
-    an AMX CPU, past its first row of outputs)."""
+    library can hand them to a bug (XLA's oneDNN path computed a strided, dilated bfloat16 depthwise
+    conv wrongly on an AMX CPU, past its first row of outputs)."""
     from eqsat.lowering import lower
 
     rng = np.random.default_rng(seed)
-    free = [p for p in program.params if p.name not in program.param_values]
-    args = [random_array(v.type, rng, "normal") for v in [*program.inputs, *free]]
+    args = [random_array(v.type, rng, "normal") for v in arguments(program)]
     fn = lower(program)  # compiled ahead of time: this may run while another function is traced
     want, got = (jit_in_force(fn, o).lower(*args).compile()(*args) for o in (None, options))
     dtype = loosest(*path_dtypes(program))

@@ -117,7 +117,7 @@ class KernelTimes:
         self.workers = workers or os.cpu_count() or 1
         self._timed = _read(self.path)
 
-    def in_force(self) -> KernelTimes | None:
+    def for_options_in_force(self) -> KernelTimes | None:
         """A table like this one for the compiler options now in force: their own default table (this
         one where they are this one's). None where this table was given a path: it keeps one set of
         options' timings."""

@@ -47,8 +47,8 @@ class Measured(CostModel):
 
     def under_options_in_force(self) -> CostModel | None:
         """The same model over the table of the options in force (its own budget); None where its
-        table was given (``KernelTimes.in_force``)."""
-        timings = self.timings.in_force()
+        table was given (``KernelTimes.for_options_in_force``)."""
+        timings = self.timings.for_options_in_force()
         if timings is None:
             return None
         model = copy.copy(self)

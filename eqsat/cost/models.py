@@ -250,8 +250,8 @@ class Roofline(CostModel):
 
     def under_options_in_force(self) -> CostModel | None:
         """With timings, the same roofline over the table of the options in force; None where it
-        times nothing or its table was given (``KernelTimes.in_force``)."""
-        timings = self.timings.in_force() if self.timings is not None else None
+        times nothing or its table was given (``KernelTimes.for_options_in_force``)."""
+        timings = self.timings.for_options_in_force() if self.timings is not None else None
         if timings is None:
             return None
         model = copy.copy(self)
