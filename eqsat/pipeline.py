@@ -495,17 +495,19 @@ def _timed_under(s: State, outcome: Outcome, alternative: OptionsAlternative) ->
         return _noted(outcome, f"under {alternative.name}'s options: {_said(verdicts[0])}"), False
     rejected = []
     for verdict, program in sorted(faster, key=lambda vp: vp[0].after_s / vp[0].before_s):
-        which = _which(program, outcome, again, alternative)
+        found = again if again is not None and program is again.program else None  # optimized again
+        which = _which(program, outcome, found, alternative)
         problem = disagreement_under(program, alternative.options)
         if problem is None:
-            return _kept_under(outcome, program, again, which, verdict, alternative), True
+            return _kept_under(outcome, program, found, which, verdict, alternative), True
         rejected.append(f"{which} disagreed with itself so ({problem})")
     return _noted(outcome, f"under {alternative.name}'s options: {'; '.join(rejected)}: not kept"), False
 
 
-def _which(program: Program, outcome: Outcome, again: Outcome | None, alternative: OptionsAlternative) -> str:
-    """Which candidate of ``_timed_under`` ``program`` is, in words."""
-    if again is not None and program is again.program:
+def _which(program: Program, outcome: Outcome, found: Outcome | None, alternative: OptionsAlternative) -> str:
+    """Which candidate of ``_timed_under`` ``program`` is, in words (``found``: the optimization under
+    ``alternative`` that found it, if one did)."""
+    if found is not None:
         return f"the program optimized again for {alternative.name}'s options (its kernels timed under them)"
     return "the program as written" if program is outcome.original else "the optimized program"
 
@@ -513,17 +515,17 @@ def _which(program: Program, outcome: Outcome, again: Outcome | None, alternativ
 def _kept_under(
     outcome: Outcome,
     program: Program,
-    again: Outcome | None,
+    found: Outcome | None,
     which: str,
     verdict: Verdict,
     alternative: OptionsAlternative,
 ) -> Outcome:
-    """``program`` (the outcome's, its input, or ``again``'s) kept to run under ``alternative``'s
-    options, with the report of the optimization that found it (counting both, where it was ``again``)."""
+    """``program`` (the outcome's, its input, or ``found``'s: optimized again) kept to run under
+    ``alternative``'s options, with the report of the optimization that found it (counting both)."""
     base = outcome
-    if again is not None and program is again.program:
+    if found is not None:
         counted = {f: getattr(outcome.report, f) for f in ("kernels_timed", "kernels_left", "cut_short")}
-        base = replace(again, report=replace(again.report, **counted))
+        base = replace(found, report=replace(found.report, **counted))
     elif program is outcome.original:
         base = replace(outcome, report=replace(outcome.report, cost_after=outcome.report.cost_before))
     base = _noted(base, f"{which} compiled under {alternative.name}'s options ({_said(verdict)}): kept so")

@@ -289,7 +289,7 @@ def _timed(runs: Sequence[tuple[Program, CompilerOptions | None]], samples: int)
     (``too_large``: the program as written may need far more memory than the others)."""
     from eqsat.lowering import lower
 
-    args = _random_arguments(arguments(runs[0][0]))
+    args = random_arguments(arguments(runs[0][0]))
     compiled = [jit_in_force(lower(p), options).lower(*args).compile() for p, options in runs]
     need = [compiled_bytes(c) for c in compiled]
     why = too_large(
@@ -313,11 +313,12 @@ def training_steps(fns: Sequence[Callable[..., Any]], values: Sequence[Value]) -
 
         return jax.value_and_grad(loss, argnums=wrt)
 
-    args = _random_arguments(values)
+    args = random_arguments(values)
     return [jit_in_force(step(fn)).lower(*args).compile() for fn in fns], args
 
 
-def _random_arguments(values: Sequence[Value]) -> list[Any]:
+def random_arguments(values: Sequence[Value]) -> list[Any]:
+    """Normal random data for ``values`` (seed 0): what the programs compared here run on."""
     rng = np.random.default_rng(0)
     return [random_array(v.type, rng) for v in values]
 

@@ -27,7 +27,7 @@ from eqsat.ops import OPS
 from eqsat.ranges import Range
 from eqsat.rules import Rule
 from eqsat.saturate import install
-from eqsat.speed import arguments
+from eqsat.speed import arguments, random_arguments
 from eqsat.xla_flags import CompilerOptions
 from eqsat.xla_flags import jit as jit_in_force
 
@@ -368,7 +368,7 @@ def validate(
                 )
 
 
-def disagreement_under(program: Program, options: CompilerOptions, seed: int = 0) -> str | None:
+def disagreement_under(program: Program, options: CompilerOptions) -> str | None:
     """How ``program`` compiled under the compiler ``options`` disagrees with itself compiled under
     those in force, on normal random inputs, beyond the tolerance of its narrowest dtype; None where
     it agrees. A check on the compiler, not on a rewrite: an option that hands kernels to another
@@ -376,8 +376,7 @@ def disagreement_under(program: Program, options: CompilerOptions, seed: int = 0
     conv wrongly on an AMX CPU, past its first row of outputs)."""
     from eqsat.lowering import lower
 
-    rng = np.random.default_rng(seed)
-    args = [random_array(v.type, rng, "normal") for v in arguments(program)]
+    args = random_arguments(arguments(program))
     fn = lower(program)  # compiled ahead of time: this may run while another function is traced
     want, got = (jit_in_force(fn, o).lower(*args).compile()(*args) for o in (None, options))
     dtype = loosest(*path_dtypes(program))
